@@ -1,0 +1,239 @@
+"""The messages of the swarm, one frozen dataclass per hop.
+
+Reading order is the flow: Idea → RunSpec → RunResult → Decision → ChampionChange.
+Trace, AgentEvent and DeadLetter are the side channels every hop may emit.
+
+Every message has an `event_id`: unique per event, sent as `Nats-Msg-Id` (so JetStream drops a
+re-publish) and used as the ledger's primary key (so a redelivery never adds a row). Where one
+thing must happen exactly once (one result per RunSpec), the id is derived from that thing.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = 1
+
+
+def new_id(prefix: str) -> str:
+    """A short unique id that says what it names, e.g. `idea-3f2a…`."""
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+def now() -> float:
+    """Wall-clock seconds since the epoch; every message records when it was made."""
+    return time.time()
+
+
+class RunStatus(enum.StrEnum):
+    OK = "OK"
+    CRASH = "CRASH"
+    TIMEOUT = "TIMEOUT"
+    OOM = "OOM"
+    REFUSED = "REFUSED"
+
+
+class Verdict(enum.StrEnum):
+    PROMOTE = "PROMOTE"
+    REJECT = "REJECT"
+    RETEST = "RETEST"
+    STALE = "STALE"
+
+
+class BudgetKind(enum.StrEnum):
+    TOKENS = "tokens"
+    SECONDS = "seconds"
+
+
+class ChangeKind(enum.StrEnum):
+    INITIAL = "INITIAL"
+    STACK = "STACK"
+    REVERT = "REVERT"
+
+
+class AgentEventKind(enum.StrEnum):
+    JOINED = "JOINED"
+    HEARTBEAT = "HEARTBEAT"
+    LEFT = "LEFT"
+    NOTE = "NOTE"
+
+
+@dataclass(frozen=True, slots=True)
+class Idea:
+    """A hypothesis and a unified diff against one champion version of the editable file."""
+
+    KIND: ClassVar[str] = "idea"
+    idea_id: str
+    author: str
+    hypothesis: str
+    patch: str
+    champion_version: int
+    target: str = "bytelm"
+    trace_id: str = ""
+    parent_ids: tuple[str, ...] = ()
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.idea_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One experiment: the champion (plus an idea's patch, if any) at one tier and one seed."""
+
+    KIND: ClassVar[str] = "run_spec"
+    run_id: str
+    tier: int
+    seed: int
+    champion_version: int
+    budget_kind: BudgetKind
+    budget: float
+    idea_id: str = ""  # empty for a baseline run of the champion
+    patch: str = ""
+    target: str = "bytelm"
+    dials: dict[str, int] = field(default_factory=dict)
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.run_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one RunSpec produced. Exactly one per run: its event id derives from the run id."""
+
+    KIND: ClassVar[str] = "run_result"
+    run_id: str
+    tier: int
+    seed: int
+    champion_version: int
+    status: RunStatus
+    idea_id: str = ""
+    metric_name: str = "val_bpb"
+    metric: float | None = None
+    steps: int = 0
+    tokens: int = 0
+    train_seconds: float = 0.0
+    flops: float = 0.0
+    peak_mem_mb: float = 0.0
+    device: str = ""
+    trainer: str = ""
+    corpus_hash: str = ""
+    reason: str = ""
+    log_tail: str = ""
+    started_at: float = 0.0
+    finished_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return f"result-{self.run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict on an idea at a tier, with the numbers behind it."""
+
+    KIND: ClassVar[str] = "decision"
+    decision_id: str
+    idea_id: str
+    tier: int
+    verdict: Verdict
+    champion_version: int
+    rule: str
+    delta: float | None = None
+    sigma: float | None = None
+    n: int = 0
+    details: str = ""
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.decision_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChampionChange:
+    """A new champion version of the editable file."""
+
+    KIND: ClassVar[str] = "champion_change"
+    version: int
+    parent_version: int
+    kind: ChangeKind
+    recipe_sha: str
+    idea_id: str = ""
+    patch: str = ""
+    reason: str = ""
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return f"champion-{self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """One agent action: what it read, what it proposed, why."""
+
+    KIND: ClassVar[str] = "trace"
+    trace_id: str
+    agent: str
+    action: str
+    read: str = ""
+    proposed: str = ""
+    why: str = ""
+    idea_id: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.trace_id
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """An agent joined, is alive, left, or says something worth keeping."""
+
+    KIND: ClassVar[str] = "agent_event"
+    event_key: str
+    agent: str
+    kind: AgentEventKind
+    role: str = ""
+    detail: str = ""
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.event_key
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message some consumer refused, kept with the reason and the raw bytes (truncated)."""
+
+    KIND: ClassVar[str] = "dead_letter"
+    dead_letter_id: str
+    subject: str
+    reason: str
+    raw: str
+    raw_bytes: int
+    consumer: str
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.dead_letter_id
+
+
+Message = Idea | RunSpec | RunResult | Decision | ChampionChange | Trace | AgentEvent | DeadLetter
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.KIND: cls
+    for cls in (Idea, RunSpec, RunResult, Decision, ChampionChange, Trace, AgentEvent, DeadLetter)
+}

@@ -1,0 +1,100 @@
+"""Connecting to NATS (embedded or external) and publishing events with their ids."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from bus.codec import encode
+from bus.messages import Message
+from bus.subjects import event_subject
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class BusSettings:
+    """How to reach the bus. Credentials are optional; TLS files switch TLS on."""
+
+    url: str
+    token: str = ""
+    user: str = ""
+    password: str = ""
+    creds_file: str = ""
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    def redacted_url(self) -> str:
+        """The URL with any inline credentials removed, safe for logs."""
+        scheme, sep, rest = self.url.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else self.url
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not (self.tls_ca or self.tls_cert):
+            return None
+        context = ssl.create_default_context(cafile=self.tls_ca or None)
+        if self.tls_cert:
+            context.load_cert_chain(self.tls_cert, self.tls_key or None)
+        return context
+
+
+class BusUnavailable(ConnectionError):
+    pass
+
+
+async def connect(
+    settings: BusSettings, name: str, timeout_s: float = CONNECT_TIMEOUT_S, **options: Any
+) -> Client:
+    """Connect with credentials, failing after `timeout_s`; once up, reconnect forever."""
+
+    async def on_error(exc: Exception) -> None:
+        log.debug("%s: bus error: %s", name, exc)
+
+    kwargs: dict[str, Any] = {
+        "error_cb": on_error,
+        "servers": [settings.url],
+        "name": name,
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "allow_reconnect": True,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+    }
+    if settings.token:
+        kwargs["token"] = settings.token
+    if settings.user:
+        kwargs["user"] = settings.user
+        kwargs["password"] = settings.password
+    if settings.creds_file:
+        kwargs["user_credentials"] = settings.creds_file
+    context = settings.ssl_context()
+    if context is not None:
+        kwargs["tls"] = context
+    kwargs.update(options)
+    try:
+        return await asyncio.wait_for(nats.connect(**kwargs), timeout_s)
+    except (TimeoutError, OSError, NatsError) as exc:
+        raise BusUnavailable(
+            f"cannot reach the bus at {settings.redacted_url()} within {timeout_s:.0f}s: "
+            f"{exc or type(exc).__name__}"
+        ) from None
+
+
+async def publish_event(js: JetStreamContext, message: Message, timeout: float = 5.0) -> None:
+    """Publish and wait for the stream's ack; the event id becomes `Nats-Msg-Id`."""
+    await js.publish(
+        event_subject(message),
+        encode(message),
+        timeout=timeout,
+        headers={"Nats-Msg-Id": message.event_id},
+    )

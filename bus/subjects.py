@@ -1,0 +1,107 @@
+"""Every subject, stream and durable consumer of the swarm, declared in one place.
+
+JetStream carries what must not be lost:
+- EVENTS (limits retention): every message kind, the ledger's input; replayable by anyone.
+- JOBS (work-queue retention): RunSpecs waiting for a trainer, one subject per tier.
+Core NATS carries queries (SQL) that may be retried.
+
+`ensure_streams` is idempotent: it creates what is missing and updates what differs, so it can run
+at every start on an existing JetStream store.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from bus.messages import Message
+
+log = logging.getLogger(__name__)
+
+PREFIX = "swarm"
+EVENTS_STREAM = "SWARM_EVENTS"
+EVENTS_SUBJECTS = f"{PREFIX}.events.>"
+JOBS_STREAM = "SWARM_JOBS"
+JOBS_SUBJECTS = f"{PREFIX}.jobs.>"
+
+SQL_SUBJECT = f"{PREFIX}.sql"
+LEDGER_CONSUMER = "ledger"
+
+# JetStream drops a re-published event with the same Nats-Msg-Id within this window.
+DUPLICATE_WINDOW_S = 120.0
+# The ledger must commit and ack a batch within this; unacked events are redelivered after it.
+LEDGER_ACK_WAIT_S = 30.0
+
+
+def event_subject(message: Message) -> str:
+    """Where a message is published: `swarm.events.<kind>`."""
+    return f"{PREFIX}.events.{message.KIND}"
+
+
+def job_subject(tier: int) -> str:
+    return f"{PREFIX}.jobs.tier{tier}"
+
+
+def stream_configs(max_msg_bytes: int) -> list[StreamConfig]:
+    return [
+        StreamConfig(
+            name=EVENTS_STREAM,
+            subjects=[EVENTS_SUBJECTS],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_msg_size=max_msg_bytes,
+        ),
+        StreamConfig(
+            name=JOBS_STREAM,
+            subjects=[JOBS_SUBJECTS],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_msg_size=max_msg_bytes,
+        ),
+    ]
+
+
+def ledger_consumer_config() -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=LEDGER_CONSUMER,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=LEDGER_ACK_WAIT_S,
+        # The ledger never gives up on an event: a row that cannot be stored is stored as a
+        # dead letter instead, so unbounded redelivery only happens while the ledger is down.
+        max_deliver=-1,
+        max_ack_pending=50_000,
+        filter_subject=EVENTS_SUBJECTS,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, max_msg_bytes: int) -> None:
+    for config in stream_configs(max_msg_bytes):
+        assert config.name is not None
+        try:
+            await js.stream_info(config.name)
+        except NotFoundError:
+            log.info("creating stream %s", config.name)
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)
+
+
+async def ensure_ledger_consumer(js: JetStreamContext) -> None:
+    config = ledger_consumer_config()
+    try:
+        await js.consumer_info(EVENTS_STREAM, LEDGER_CONSUMER)
+    except NotFoundError:
+        await js.add_consumer(EVENTS_STREAM, config)

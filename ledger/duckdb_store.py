@@ -1,0 +1,178 @@
+"""The DuckDB file: opening it safely, writing batches of events, exporting snapshots.
+
+Only the ledger process opens the file for writing. The database is opened with external access
+off and its configuration locked, so no SQL — ours or a user's — can read or write other files,
+reach the network, attach databases or load extensions. Snapshots are written by pyarrow,
+outside SQL, for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bus.messages import DeadLetter, Message
+from ledger.schema import TABLES, Column, Table, ddl
+
+log = logging.getLogger(__name__)
+
+SAFE_CONFIG: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
+
+# Errors that mean "this row is bad", not "the database is broken": the row becomes a dead letter.
+ROW_ERRORS = (
+    duckdb.ConstraintException,
+    duckdb.ConversionException,
+    duckdb.InvalidInputException,
+    duckdb.OutOfRangeException,
+    pa.ArrowException,
+    ValueError,
+    TypeError,
+)
+
+
+class LedgerLocked(RuntimeError):
+    pass
+
+
+def open_database(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(path), read_only=read_only, config=dict(SAFE_CONFIG))
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise LedgerLocked(f"{path} is in use by another process (a running ledger)") from None
+        raise
+
+
+class LedgerStore:
+    """The writer: `write_batch` commits a batch of events in one transaction, idempotently."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.con = open_database(path, read_only=False)
+        for statement in ddl():
+            self.con.execute(statement)
+        self._changed = {t.name for t in TABLES.values()}
+        self._changed_lock = threading.Lock()  # snapshots run on their own thread
+
+    def close(self) -> None:
+        self.con.close()
+
+    def write_batch(self, messages: Sequence[Message]) -> list[DeadLetter]:
+        """Store all messages in one transaction. If the batch fails on bad data, store the good
+        ones one by one and return a dead letter for each that cannot be stored."""
+        try:
+            self._write(messages)
+            return []
+        except ROW_ERRORS as exc:
+            log.warning("batch of %d failed (%s); storing one by one", len(messages), exc)
+        refused: list[DeadLetter] = []
+        for message in messages:
+            try:
+                self._write([message])
+            except ROW_ERRORS as exc:
+                raw = json.dumps(_row(message, _table_for(message).columns), default=str)
+                refused.append(
+                    DeadLetter(
+                        dead_letter_id=f"dl-ledger-{message.KIND}-{message.event_id}",
+                        subject=f"ledger/{message.KIND}",
+                        reason=f"cannot store: {exc}",
+                        raw=raw[:4096],
+                        raw_bytes=len(raw),
+                        consumer="ledger",
+                    )
+                )
+        if refused:
+            self._write(refused)
+        return refused
+
+    def _write(self, messages: Iterable[Message]) -> None:
+        by_table: dict[str, dict[str, Message]] = {}
+        for message in messages:
+            # Keep the first copy of an id within a batch: later copies are redeliveries.
+            by_table.setdefault(_table_for(message).name, {}).setdefault(message.event_id, message)
+        ingested_at = int(time.time() * 1e6)
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for name, unique in by_table.items():
+                table = _table_by_name(name)
+                batch = _arrow_batch(table, unique.values(), ingested_at)
+                self.con.register("incoming_batch", batch)
+                try:
+                    self.con.execute(
+                        f"INSERT INTO {name} BY NAME SELECT * FROM incoming_batch "
+                        "ON CONFLICT DO NOTHING"
+                    )
+                finally:
+                    self.con.unregister("incoming_batch")
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        with self._changed_lock:
+            self._changed.update(by_table)
+
+    def count(self, table: str) -> int:
+        row = self.con.cursor().execute(f"SELECT count(*) FROM {table}").fetchone()
+        return int(row[0]) if row else 0
+
+    def snapshot(self, folder: Path) -> list[str]:
+        """Write a Parquet copy of each table changed since the last snapshot (atomic rename)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._changed_lock:
+            changed, self._changed = self._changed, set()
+        for name in sorted(changed):
+            table = self.con.cursor().sql(f"SELECT * FROM {name}").to_arrow_table()
+            tmp = folder / f".{name}.parquet.tmp"
+            pq.write_table(table, tmp)
+            os.replace(tmp, folder / f"{name}.parquet")
+        return sorted(changed)
+
+
+def _table_for(message: Message) -> Table:
+    return TABLES[message.KIND]
+
+
+def _table_by_name(name: str) -> Table:
+    return next(t for t in TABLES.values() if t.name == name)
+
+
+def _cell(column: Column, value: Any) -> Any:
+    if value is None:
+        return None
+    if column.kind == "timestamp":
+        return int(value * 1e6) if value else None
+    if column.kind == "enum":
+        return str(value.value)
+    if column.kind == "json":
+        return json.dumps(value, sort_keys=True)
+    if column.kind == "list":
+        return list(value)
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00")  # DuckDB strings cannot hold NUL
+    return value
+
+
+def _row(message: Message, columns: Sequence[Column]) -> dict[str, Any]:
+    return {c.name: _cell(c, getattr(message, c.name)) for c in columns}
+
+
+def _arrow_batch(table: Table, messages: Iterable[Message], ingested_at: int) -> pa.Table:
+    rows = [_row(m, table.columns) for m in messages]
+    columns = {c.name: [r[c.name] for r in rows] for c in table.columns}
+    columns["ingested_at"] = [ingested_at] * len(rows)
+    return pa.Table.from_pydict(columns, schema=table.arrow_schema())

@@ -1,0 +1,156 @@
+"""The ledger's tables and views.
+
+One table per message kind, its columns derived from the message dataclass (so the schema cannot
+drift from the bus), keyed by the message's own id: a redelivered event hits the primary key and
+is ignored. Every row also records `ingested_at`. Views answer the questions users ask most.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from bus.messages import (
+    AgentEvent,
+    ChampionChange,
+    DeadLetter,
+    Decision,
+    Idea,
+    Message,
+    RunResult,
+    RunSpec,
+    Trace,
+)
+
+TIMESTAMP_FIELDS = frozenset({"created_at", "started_at", "finished_at"})
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    sql_type: str
+    arrow_type: pa.DataType
+    kind: str  # how a Python value becomes a cell: plain, enum, json, list, timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str
+    key: str
+    message_type: type[Message]
+    columns: tuple[Column, ...]
+
+    def ddl(self) -> str:
+        cols = [f"    {c.name} {c.sql_type}" for c in self.columns]
+        cols.append("    ingested_at TIMESTAMP")
+        body = ",\n".join([*cols, f"    PRIMARY KEY ({self.key})"])
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n{body}\n);"
+
+    def arrow_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, c.arrow_type) for c in self.columns]
+        return pa.schema([*fields, pa.field("ingested_at", pa.timestamp("us"))])
+
+
+def _column(name: str, hint: Any) -> Column:
+    if name in TIMESTAMP_FIELDS:
+        return Column(name, "TIMESTAMP", pa.timestamp("us"), "timestamp")
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _column(name, inner)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return Column(name, "VARCHAR", pa.string(), "enum")
+    if origin is dict:
+        return Column(name, "VARCHAR", pa.string(), "json")  # JSON text; query with ->>
+    if origin is tuple:
+        return Column(name, "VARCHAR[]", pa.list_(pa.string()), "list")
+    plain = {str: ("VARCHAR", pa.string()), int: ("BIGINT", pa.int64())}
+    plain[float] = ("DOUBLE", pa.float64())
+    plain[bool] = ("BOOLEAN", pa.bool_())
+    sql_type, arrow_type = plain[hint]
+    return Column(name, sql_type, arrow_type, "plain")
+
+
+def _table(name: str, key: str, message_type: type[Message]) -> Table:
+    hints = typing.get_type_hints(message_type)
+    columns = tuple(_column(f.name, hints[f.name]) for f in dataclasses.fields(message_type))
+    return Table(name, key, message_type, columns)
+
+
+TABLES: dict[str, Table] = {
+    t.message_type.KIND: t
+    for t in (
+        _table("ideas", "idea_id", Idea),
+        _table("run_specs", "run_id", RunSpec),
+        _table("runs", "run_id", RunResult),
+        _table("decisions", "decision_id", Decision),
+        _table("champions", "version", ChampionChange),
+        _table("traces", "trace_id", Trace),
+        _table("agent_events", "event_key", AgentEvent),
+        _table("dead_letters", "dead_letter_id", DeadLetter),
+    )
+}
+
+VIEWS: dict[str, str] = {
+    # One row per agent, derived from its events (so redelivery can never skew it).
+    "agents": """
+        SELECT agent AS agent_id,
+               max(role) FILTER (WHERE role <> '') AS role,
+               min(created_at) AS first_seen,
+               max(created_at) AS last_seen,
+               arg_max(kind, created_at) AS last_event,
+               count(*) AS events
+        FROM agent_events GROUP BY agent""",
+    # Mean metric per idea, tier and champion version over successful runs; the champion's own
+    # baseline runs appear as idea '(champion)'. Lower is better for val_bpb.
+    "leaderboard": """
+        SELECT r.tier, r.champion_version,
+               CASE WHEN r.idea_id = '' THEN '(champion)' ELSE r.idea_id END AS idea_id,
+               any_value(i.author) AS author,
+               any_value(i.hypothesis) AS hypothesis,
+               any_value(r.metric_name) AS metric_name,
+               avg(r.metric) AS mean_metric,
+               stddev_samp(r.metric) AS std_metric,
+               min(r.metric) AS best_metric,
+               count(*) AS n_runs
+        FROM runs r LEFT JOIN ideas i USING (idea_id)
+        WHERE r.status = 'OK' AND r.metric IS NOT NULL
+        GROUP BY r.tier, r.champion_version, r.idea_id
+        ORDER BY r.tier DESC, mean_metric ASC""",
+    # How far each idea climbed and the latest verdict it got.
+    "ladder": """
+        SELECT i.idea_id, i.author, i.hypothesis, i.champion_version,
+               max(r.tier) AS highest_tier_run,
+               count(DISTINCT r.run_id) AS runs,
+               (SELECT arg_max(d.tier, d.created_at) FROM decisions d
+                 WHERE d.idea_id = i.idea_id) AS last_decided_tier,
+               (SELECT arg_max(d.verdict, d.created_at) FROM decisions d
+                 WHERE d.idea_id = i.idea_id) AS last_verdict
+        FROM ideas i LEFT JOIN runs r USING (idea_id)
+        GROUP BY i.idea_id, i.author, i.hypothesis, i.champion_version, i.created_at
+        ORDER BY highest_tier_run DESC NULLS LAST, i.created_at""",
+    # The champion's history: each version, its parent and the idea stacked to make it.
+    "lineage": """
+        SELECT c.version, c.parent_version, c.kind, c.idea_id, i.author, i.hypothesis,
+               c.recipe_sha, c.reason, c.created_at
+        FROM champions c LEFT JOIN ideas i USING (idea_id)
+        ORDER BY c.version""",
+    # RunSpecs with no RunResult yet: queued or running (or lost, if the swarm is stopped).
+    "unfinished_runs": """
+        SELECT s.* FROM run_specs s ANTI JOIN runs r USING (run_id)
+        ORDER BY s.created_at""",
+}
+
+
+def ddl() -> list[str]:
+    statements = [t.ddl() for t in TABLES.values()]
+    statements += [
+        f"CREATE OR REPLACE VIEW {name} AS {sql.strip()};" for name, sql in VIEWS.items()
+    ]
+    return statements

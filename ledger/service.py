@@ -1,0 +1,161 @@
+"""The ledger process: the only DuckDB writer.
+
+It pulls events from the durable `ledger` consumer in batches, commits each batch in one DuckDB
+transaction and acks only after the commit: a crash before the commit loses nothing (JetStream
+redelivers), a crash after it duplicates nothing (primary keys on event ids). It also answers SQL
+on `swarm.sql` and writes Parquet snapshots of the tables every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from bus.codec import CodecError, decode
+from bus.dead_letters import dead_letter
+from bus.messages import Message
+from bus.subjects import (
+    EVENTS_STREAM,
+    LEDGER_CONSUMER,
+    PREFIX,
+    SQL_SUBJECT,
+    ensure_ledger_consumer,
+    ensure_streams,
+)
+from ledger.duckdb_store import LedgerStore
+from ledger.sql_gate import SqlRefused, run_query
+from ledger.sql_protocol import SqlError, SqlRequest, error_headers, ok_headers, table_to_ipc
+
+log = logging.getLogger(__name__)
+
+# Room left in a reply for headers and framing when fitting an Arrow payload under max_payload.
+REPLY_HEADROOM_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerOptions:
+    db_path: Path
+    snapshot_dir: Path
+    batch_size: int = 2000
+    fetch_timeout_s: float = 0.5
+    snapshot_interval_s: float = 5.0
+    sql_row_cap: int = 10_000
+    sql_timeout_s: float = 10.0
+    max_message_bytes: int = 1024 * 1024
+
+
+class LedgerService:
+    def __init__(self, nc: Client, options: LedgerOptions) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.options = options
+        self.store = LedgerStore(options.db_path)
+        # One thread writes (DuckDB transactions stay in order); queries and snapshots use
+        # their own cursors on other threads and see committed snapshots (MVCC).
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
+        self._readers = ThreadPoolExecutor(2, thread_name_prefix="ledger-reader")
+        self.ingested = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await ensure_streams(self.js, self.options.max_message_bytes)
+        await ensure_ledger_consumer(self.js)
+        pull = await self.js.pull_subscribe_bind(LEDGER_CONSUMER, stream=EVENTS_STREAM)
+        sql_sub = await self.nc.subscribe(SQL_SUBJECT, queue="ledger", cb=self._answer_sql)
+        log.info("ledger ready: %s", self.options.db_path)
+        try:
+            async with asyncio.TaskGroup() as group:
+                ingest = group.create_task(self._ingest_forever(pull))
+                snapshots = group.create_task(self._snapshot_forever())
+                await stop.wait()
+                ingest.cancel()
+                snapshots.cancel()
+        finally:
+            await sql_sub.unsubscribe()
+            await pull.unsubscribe()
+            self._readers.shutdown(wait=True, cancel_futures=True)
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._final_snapshot)
+            self._writer.shutdown(wait=True)
+            self.store.close()
+
+    async def _ingest_forever(self, pull: JetStreamContext.PullSubscription) -> None:
+        while True:
+            try:
+                batch = await pull.fetch(self.options.batch_size, self.options.fetch_timeout_s)
+            except TimeoutError:
+                continue
+            await self.ingest(batch)
+
+    async def ingest(self, batch: list[Msg]) -> None:
+        """Decode, commit, then ack. Undecodable events are committed as dead letters."""
+        messages: list[Message] = []
+        for msg in batch:
+            messages.append(self._decode_or_dead_letter(msg))
+        loop = asyncio.get_running_loop()
+        refused = await loop.run_in_executor(self._writer, self.store.write_batch, messages)
+        for letter in refused:
+            log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
+        for msg in batch:
+            await msg.ack()
+        self.ingested += len(batch)
+
+    def _decode_or_dead_letter(self, msg: Msg) -> Message:
+        seq = msg.metadata.sequence.stream
+        try:
+            message = decode(msg.data, self.options.max_message_bytes)
+            if msg.subject != f"{PREFIX}.events.{message.KIND}":
+                raise CodecError(f"a {message.KIND} message on subject {msg.subject}")
+            return message
+        except CodecError as exc:
+            log.warning("refused event seq %d on %s: %s", seq, msg.subject, exc.reason)
+            return dead_letter(msg.subject, msg.data, exc.reason, "ledger", key=f"seq{seq}")
+
+    async def _answer_sql(self, msg: Msg) -> None:
+        if not msg.reply:
+            return
+        try:
+            request = SqlRequest.decode(msg.data)
+            cap = min(request.max_rows or self.options.sql_row_cap, self.options.sql_row_cap)
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(
+                self._readers,
+                run_query,
+                self.store.con,
+                request.sql,
+                cap,
+                self.options.sql_timeout_s,
+            )
+            table, truncated = result.table, result.truncated
+            body = table_to_ipc(table)
+            limit = self.nc.max_payload - REPLY_HEADROOM_BYTES
+            while len(body) > limit and table.num_rows > 0:
+                table, truncated = table.slice(0, table.num_rows // 2), True
+                body = table_to_ipc(table)
+            await self.nc.publish(msg.reply, body, headers=ok_headers(truncated))
+        except (SqlRefused, SqlError) as exc:
+            await self.nc.publish(msg.reply, str(exc).encode(), headers=error_headers())
+        except Exception as exc:  # a bug in our code: log it, answer, keep serving
+            log.exception("SQL request failed")
+            await self.nc.publish(
+                msg.reply, f"ledger error: {exc}".encode(), headers=error_headers()
+            )
+
+    async def _snapshot_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.options.snapshot_interval_s)
+            await loop.run_in_executor(
+                self._readers, self.store.snapshot, self.options.snapshot_dir
+            )
+
+    def _final_snapshot(self) -> None:
+        try:
+            self.store.snapshot(self.options.snapshot_dir)
+        except OSError as exc:
+            log.warning("final snapshot failed: %s", exc)

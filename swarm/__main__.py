@@ -1,0 +1,5 @@
+import sys
+
+from swarm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,180 @@
+"""The `swarm` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from bus.embedded_server import NatsServerError
+from bus.nats_bus import BusUnavailable, connect
+from ledger.duckdb_store import LedgerLocked
+from ledger.sql_protocol import SqlError
+from swarm import event_loop
+from swarm.config import ConfigError, SwarmConfig, load_config, with_overrides
+from swarm.ledger_process import SwarmNotRunning, run_ledger
+from swarm.output import FORMATS, write_parquet
+from swarm.sql_client import LedgerUnavailable, query, read_file
+from swarm.start import SwarmError, start_swarm
+from swarm.status import COUNTS_SQL, counts_from, live_status
+from swarm.workspace import Workspace
+
+EXAMPLES = """\
+examples:
+  swarm start                                   bus + ledger on this machine, live status
+  swarm start --minutes 30                      stop by itself after 30 minutes
+  swarm start --nats nats://hub:4222            join an existing NATS server instead
+  swarm status                                  what the swarm in ./swarm-workspace is doing
+  swarm sql "select * from leaderboard limit 10"
+  swarm sql "select status, count(*) from runs group by all" --format csv
+  swarm sql "select * from runs" --out runs.parquet
+
+The ledger's tables and views are documented in README.md (section "The ledger").
+Bus credentials can also come from the environment: SWARM_NATS_TOKEN, SWARM_NATS_PASSWORD.
+"""
+
+# Errors a user can fix: printed as one line, exit code 2. Anything else is a bug and raises.
+USER_ERRORS = (
+    ConfigError,
+    SwarmError,
+    SwarmNotRunning,
+    LedgerUnavailable,
+    SqlError,
+    LedgerLocked,
+    NatsServerError,
+    BusUnavailable,
+    ValueError,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarm",
+        description="research-swarm: agents propose changes to one training recipe, test them on "
+        "small proxy models, share every result in a DuckDB ledger and promote what helps.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, help="TOML config (default: configs/swarm.toml)")
+    parser.add_argument(
+        "--workspace", type=Path, help="workspace folder (default: swarm-workspace)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    start = commands.add_parser("start", help="start the swarm and show live status")
+    start.add_argument("--minutes", type=float, help="stop after this many minutes")
+    _add_bus_flags(start)
+
+    commands.add_parser("status", help="show what the swarm in the workspace is doing")
+
+    sql = commands.add_parser("sql", help="query the ledger with one read-only SQL statement")
+    sql.add_argument("query", help='e.g. "select * from leaderboard"')
+    sql.add_argument("--format", choices=sorted(FORMATS), default="table")
+    sql.add_argument("--out", type=Path, help="write the result to a .parquet file instead")
+
+    commands.add_parser("ledger", help="(internal) run the ledger process; started by `start`")
+    return parser
+
+
+def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("joining an external NATS server")
+    group.add_argument("--nats", metavar="URL", help="e.g. nats://host:4222 or tls://host:4222")
+    group.add_argument("--nats-user")
+    group.add_argument("--nats-creds", metavar="FILE", help="NATS .creds file (JWT + NKey)")
+    group.add_argument("--tls-ca", metavar="FILE")
+    group.add_argument("--tls-cert", metavar="FILE")
+    group.add_argument("--tls-key", metavar="FILE")
+
+
+def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
+    config = load_config(args.config)
+    config = with_overrides(config, "workspace", path=_opt_str(args.workspace))
+    if getattr(args, "nats", None) is not None or "SWARM_NATS_TOKEN" in os.environ:
+        config = with_overrides(
+            config,
+            "bus",
+            url=args.nats,
+            user=args.nats_user,
+            creds_file=args.nats_creds,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            # Secrets from the environment only: a command line is visible to every user.
+            token=os.environ.get("SWARM_NATS_TOKEN"),
+            password=os.environ.get("SWARM_NATS_PASSWORD"),
+        )
+    return config, Workspace(Path(config.workspace.path).resolve())
+
+
+def _opt_str(value: Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config, workspace = configure(args)
+        return event_loop.run(_dispatch(args, config, workspace))
+    except USER_ERRORS as exc:
+        print(f"swarm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> int:
+    if args.command == "start":
+        await start_swarm(config, workspace, args.minutes, args.config)
+    elif args.command == "ledger":
+        await run_ledger(config, workspace)
+    elif args.command == "status":
+        await _status(config, workspace)
+    elif args.command == "sql":
+        await _sql(args, config, workspace)
+    return 0
+
+
+async def _status(config: SwarmConfig, workspace: Workspace) -> None:
+    settings = workspace.read_bus_settings()
+    if settings is not None and workspace.is_running():
+        nc = await connect(settings, "swarm-status", config.bus.connect_timeout_s)
+        try:
+            status = await live_status(nc)
+        finally:
+            await nc.close()
+        print(f"swarm: running, workspace {workspace.root}, bus {settings.redacted_url()}")
+        print(status.line())
+        return
+    if not workspace.ledger_path.exists():
+        print(f"swarm: no swarm has run in {workspace.root}")
+        return
+    counts = counts_from(read_file(workspace, config, COUNTS_SQL))
+    print(f"swarm: stopped, workspace {workspace.root}")
+    print(" ".join(f"{name}={n}" for name, n in counts.items()))
+
+
+async def _sql(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> None:
+    answer = await query(workspace, config, args.query)
+    if args.out is not None:
+        write_parquet(answer.table, args.out)
+        print(f"wrote {answer.table.num_rows} rows to {args.out}")
+    else:
+        print(FORMATS[args.format](answer.table))
+    if answer.truncated:
+        print(
+            f"swarm: result truncated to {answer.table.num_rows} rows "
+            "(add LIMIT, or raise ledger.sql_row_cap)",
+            file=sys.stderr,
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""`configs/swarm.toml` loaded into frozen dataclasses, validated at load.
+
+A wrong key or value stops start-up with a ConfigError naming the key (`bus.max_payload_bytes`),
+before anything runs. The CLI overrides a few keys with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG = Path("configs/swarm.toml")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceConfig:
+    path: str = "swarm-workspace"  # relative paths are relative to the current directory
+
+
+@dataclass(frozen=True, slots=True)
+class BusConfig:
+    url: str = ""  # empty: run an embedded nats-server on loopback
+    token: str = ""
+    user: str = ""
+    password: str = ""
+    creds_file: str = ""
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    max_payload_bytes: int = 8 * 1024 * 1024  # embedded server only; NATS' default is 1 MiB
+    connect_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    batch_size: int = 2000
+    snapshot_interval_s: float = 5.0
+    sql_row_cap: int = 10_000
+    sql_timeout_s: float = 10.0
+    restart_delay_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusConfig:
+    interval_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmConfig:
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    bus: BusConfig = field(default_factory=BusConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    status: StatusConfig = field(default_factory=StatusConfig)
+
+
+# Values that must be positive, by dotted key.
+POSITIVE = {
+    "bus.max_payload_bytes",
+    "bus.connect_timeout_s",
+    "ledger.batch_size",
+    "ledger.snapshot_interval_s",
+    "ledger.sql_row_cap",
+    "ledger.sql_timeout_s",
+    "status.interval_s",
+}
+
+
+def load_config(path: Path | None) -> SwarmConfig:
+    """Load `path` (or the default file if it exists, else built-in defaults)."""
+    if path is None:
+        if not DEFAULT_CONFIG.is_file():
+            return SwarmConfig()
+        path = DEFAULT_CONFIG
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, str(path))
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> SwarmConfig:
+    config = _build(SwarmConfig, data, "", source)
+    assert isinstance(config, SwarmConfig)
+    return config
+
+
+def _build(cls: type[Any], data: Any, prefix: str, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: [{prefix.rstrip('.')}] must be a table")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(
+                f"{source}: unknown key {prefix}{key!s}; known keys: {', '.join(sorted(names))}"
+            )
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        key, hint = f"{prefix}{name}", hints[name]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, value, f"{key}.", source)
+            continue
+        values[name] = _check(key, hint, value, source)
+    return cls(**values)
+
+
+def _check(key: str, hint: Any, value: Any, source: str) -> Any:
+    ok = (
+        (hint is str and isinstance(value, str))
+        or (hint is int and isinstance(value, int) and not isinstance(value, bool))
+        or (hint is float and isinstance(value, int | float) and not isinstance(value, bool))
+        or (hint is bool and isinstance(value, bool))
+    )
+    if not ok:
+        raise ConfigError(
+            f"{source}: {key} must be {hint.__name__}, got {type(value).__name__} {value!r}"
+        )
+    if key in POSITIVE and value <= 0:
+        raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
+    return float(value) if hint is float else value
+
+
+def with_overrides(config: SwarmConfig, section: str, **values: Any) -> SwarmConfig:
+    """Replace keys of one section, skipping None (CLI flags that were not given)."""
+    given = {k: v for k, v in values.items() if v is not None}
+    if not given:
+        return config
+    updated = dataclasses.replace(getattr(config, section), **given)
+    return dataclasses.replace(config, **{section: updated})

@@ -1,0 +1,77 @@
+"""Printing query results: an aligned table, CSV, JSON, or a Parquet file."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MAX_CELL_CHARS = 60
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else str(value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    text = str(value).replace("\n", "\\n")
+    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+
+
+def aligned(table: pa.Table) -> str:
+    names = table.column_names
+    rows = [[_cell_text(v) for v in row.values()] for row in table.to_pylist()]
+    numeric = [
+        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+        for t in table.schema.types
+    ]
+    widths = [max([len(n), *(len(r[i]) for r in rows)]) for i, n in enumerate(names)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            c.rjust(w) if right else c.ljust(w)
+            for c, w, right in zip(cells, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(names), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    out.append(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})")
+    return "\n".join(out)
+
+
+def to_csv(table: pa.Table) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(table.column_names)
+    for row in table.to_pylist():
+        writer.writerow(["" if v is None else v for v in row.values()])
+    return buffer.getvalue().rstrip("\n")
+
+
+def to_json(table: pa.Table) -> str:
+    return json.dumps(table.to_pylist(), default=_json_default, indent=1)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    return str(value)
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    if path.suffix != ".parquet":
+        raise ValueError(f"--out must name a .parquet file, got {path}")
+    pq.write_table(table, path)
+
+
+FORMATS = {"table": aligned, "csv": to_csv, "json": to_json}

@@ -1,0 +1,127 @@
+"""`swarm start`: bring up the bus (embedded or joined), the ledger, and show live status.
+
+One shutdown path: SIGINT/SIGTERM (or --minutes) set `stop`; then children stop in order
+(ledger first, so it commits and snapshots), the bus connection closes, the embedded server
+stops, and the workspace lock is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from nats.aio.client import Client
+
+from bus.embedded_server import EmbeddedNatsServer
+from bus.nats_bus import BusSettings, connect
+from bus.subjects import ensure_streams
+from swarm.config import SwarmConfig
+from swarm.event_loop import stop_on_signals
+from swarm.status import live_status
+from swarm.supervisor import ManagedProcess
+from swarm.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+class SwarmError(RuntimeError):
+    pass
+
+
+def bus_settings(config: SwarmConfig) -> BusSettings:
+    b = config.bus
+    return BusSettings(
+        b.url, b.token, b.user, b.password, b.creds_file, b.tls_ca, b.tls_cert, b.tls_key
+    )
+
+
+async def start_swarm(
+    config: SwarmConfig,
+    workspace: Workspace,
+    minutes: float | None = None,
+    config_path: Path | None = None,
+    out: TextIO = sys.stdout,
+) -> None:
+    workspace.create()
+    lock = workspace.acquire_lock()
+    if lock is None:
+        raise SwarmError(
+            f"a swarm is already running on {workspace.root} (pid in {workspace.lock_file}); "
+            "stop it or pass another --workspace"
+        )
+    stop = asyncio.Event()
+    stop_on_signals(stop, lambda signum: log.info("signal %d: stopping", signum))
+    server: EmbeddedNatsServer | None = None
+    ledger: ManagedProcess | None = None
+    try:
+        if config.bus.url:
+            settings = bus_settings(config)
+        else:
+            server = EmbeddedNatsServer(
+                workspace.run_dir, workspace.jetstream_dir, config.bus.max_payload_bytes
+            )
+            settings = BusSettings(server.start(), token=server.token)
+        workspace.write_bus_settings(settings)
+        nc = await connect(settings, "swarm-supervisor", config.bus.connect_timeout_s)
+        try:
+            await ensure_streams(nc.jetstream(), config.bus.max_payload_bytes)
+            ledger = ManagedProcess(
+                "ledger",
+                _swarm_argv(workspace, config_path, "ledger"),
+                workspace.logs_dir / "ledger.log",
+                config.ledger.restart_delay_s,
+            )
+            await ledger.start()
+            print(
+                f"swarm: bus {settings.redacted_url()} "
+                f"({'embedded' if server else 'external'}), workspace {workspace.root}",
+                file=out,
+                flush=True,
+            )
+            async with asyncio.TaskGroup() as group:
+                keeper = group.create_task(ledger.keep_alive())
+                reporter = group.create_task(_report(nc, config, out))
+                deadline = None if minutes is None else time.monotonic() + minutes * 60
+                await _wait(stop, deadline)
+                await ledger.stop()
+                keeper.cancel()
+                reporter.cancel()
+        finally:
+            await nc.close()
+    finally:
+        if ledger is not None:
+            await ledger.stop()
+        if server is not None:
+            server.stop()
+        workspace.clear_bus_settings()
+        lock.close()
+        print("swarm: stopped", file=out, flush=True)
+
+
+def _swarm_argv(workspace: Workspace, config_path: Path | None, *command: str) -> list[str]:
+    """How a child runs a `swarm` subcommand on the same workspace and config file."""
+    argv = [sys.executable, "-m", "swarm", "--workspace", str(workspace.root)]
+    if config_path is not None:
+        argv += ["--config", str(config_path.resolve())]
+    return [*argv, *command]
+
+
+async def _wait(stop: asyncio.Event, deadline: float | None) -> None:
+    if deadline is None:
+        await stop.wait()
+        return
+    try:
+        await asyncio.wait_for(stop.wait(), max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        log.info("time limit reached: stopping")
+
+
+async def _report(nc: Client, config: SwarmConfig, out: TextIO) -> None:
+    while True:
+        await asyncio.sleep(config.status.interval_s)
+        status = await live_status(nc, timeout_s=min(5.0, config.status.interval_s))
+        print(f"swarm: {time.strftime('%H:%M:%S')} {status.line()}", file=out, flush=True)
