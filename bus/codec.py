@@ -13,6 +13,7 @@ import json
 import math
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bus.messages import MESSAGE_TYPES, SCHEMA_VERSION, Message
@@ -39,7 +40,7 @@ def decode(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
     if len(raw) > max_bytes:
         raise CodecError(f"message of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
     try:
-        envelope = json.loads(raw, parse_constant=_refuse_constant)
+        envelope = _JSON.decode(raw.decode())
     except UnicodeDecodeError as exc:
         raise CodecError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
@@ -75,6 +76,9 @@ def _refuse_constant(name: str) -> float:
     raise CodecError(f"non-finite number {name} is not allowed")
 
 
+_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _to_json(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
@@ -83,25 +87,45 @@ def _to_json(value: Any) -> Any:
     return value
 
 
-_FIELD_TYPES: dict[str, dict[str, Any]] = {
-    kind: typing.get_type_hints(cls) for kind, cls in MESSAGE_TYPES.items()
-}
+@dataclass(frozen=True, slots=True)
+class _FieldSpec:
+    name: str
+    hint: Any
+    required: bool
+    exact: type | None  # values of exactly this type pass unchecked (the common, fast case)
+
+
+def _field_specs(cls: type[Message]) -> tuple[_FieldSpec, ...]:
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        hint = hints[f.name]
+        # A float|None field is exact for floats too: None and ints take the slow path.
+        plain = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+        exact = plain if plain in (str, int, bool, float) else None
+        specs.append(_FieldSpec(f.name, hint, required, exact))
+    return tuple(specs)
+
+
+_SPECS = {kind: _field_specs(cls) for kind, cls in MESSAGE_TYPES.items()}
+_NAMES = {kind: frozenset(spec.name for spec in specs) for kind, specs in _SPECS.items()}
 
 
 def _build(cls: type[Message], data: dict[str, Any]) -> Message:
-    hints = _FIELD_TYPES[cls.KIND]
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise CodecError(f"{cls.KIND}: unknown fields {sorted(unknown)}")
+    if not data.keys() <= _NAMES[cls.KIND]:
+        raise CodecError(f"{cls.KIND}: unknown fields {sorted(set(data) - _NAMES[cls.KIND])}")
     kwargs: dict[str, Any] = {}
-    for name, f in fields.items():
-        if name not in data:
-            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if required:
-                raise CodecError(f"{cls.KIND}: missing field {name!r}")
+    for spec in _SPECS[cls.KIND]:
+        if spec.name not in data:
+            if spec.required:
+                raise CodecError(f"{cls.KIND}: missing field {spec.name!r}")
             continue
-        kwargs[name] = _check(f"{cls.KIND}.{name}", hints[name], data[name])
+        value = data[spec.name]
+        if type(value) is spec.exact and (spec.exact is not float or math.isfinite(value)):
+            kwargs[spec.name] = value
+        else:
+            kwargs[spec.name] = _check(f"{cls.KIND}.{spec.name}", spec.hint, value)
     return cls(**kwargs)
 
 

@@ -36,11 +36,17 @@ JOBS_SUBJECTS = f"{PREFIX}.jobs.>"
 
 SQL_SUBJECT = f"{PREFIX}.sql"
 LEDGER_CONSUMER = "ledger"
+# The ledger's consumer pushes here (a plain subscription with a callback is ~2.5x faster than
+# nats-py's pull fetch, which waits per message). Acks still go to each message's reply subject.
+LEDGER_DELIVER_SUBJECT = f"{PREFIX}._ledger.deliver"
 
 # JetStream drops a re-published event with the same Nats-Msg-Id within this window.
 DUPLICATE_WINDOW_S = 120.0
-# The ledger must commit and ack a batch within this; unacked events are redelivered after it.
-LEDGER_ACK_WAIT_S = 30.0
+# The ledger must commit and ack a batch within this; unacked events are redelivered after it
+# (so it is also how long events a killed ledger had in hand wait before coming back).
+LEDGER_ACK_WAIT_S = 10.0
+# Events in the ledger's hands, unacked, at most: bounds its memory and its redelivery burst.
+LEDGER_MAX_ACK_PENDING = 20_000
 
 
 def event_subject(message: Message) -> str:
@@ -82,8 +88,9 @@ def ledger_consumer_config() -> ConsumerConfig:
         # The ledger never gives up on an event: a row that cannot be stored is stored as a
         # dead letter instead, so unbounded redelivery only happens while the ledger is down.
         max_deliver=-1,
-        max_ack_pending=50_000,
+        max_ack_pending=LEDGER_MAX_ACK_PENDING,
         filter_subject=EVENTS_SUBJECTS,
+        deliver_subject=LEDGER_DELIVER_SUBJECT,
     )
 
 

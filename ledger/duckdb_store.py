@@ -42,6 +42,7 @@ ROW_ERRORS = (
     pa.ArrowException,
     ValueError,
     TypeError,
+    OverflowError,
 )
 
 
@@ -162,7 +163,7 @@ def _cell(column: Column, value: Any) -> Any:
         return json.dumps(value, sort_keys=True)
     if column.kind == "list":
         return list(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and "\x00" in value:
         return value.replace("\x00", "\\x00")  # DuckDB strings cannot hold NUL
     return value
 
@@ -172,7 +173,14 @@ def _row(message: Message, columns: Sequence[Column]) -> dict[str, Any]:
 
 
 def _arrow_batch(table: Table, messages: Iterable[Message], ingested_at: int) -> pa.Table:
-    rows = [_row(m, table.columns) for m in messages]
-    columns = {c.name: [r[c.name] for r in rows] for c in table.columns}
-    columns["ingested_at"] = [ingested_at] * len(rows)
+    """Column by column: one list per column is several times faster than one dict per row."""
+    batch = list(messages)
+    columns: dict[str, list[Any]] = {}
+    for column in table.columns:
+        values = [getattr(m, column.name) for m in batch]
+        if column.kind == "plain" and column.sql_type != "VARCHAR":
+            columns[column.name] = values  # numbers and booleans go in as they are
+        else:
+            columns[column.name] = [_cell(column, v) for v in values]
+    columns["ingested_at"] = [ingested_at] * len(batch)
     return pa.Table.from_pydict(columns, schema=table.arrow_schema())

@@ -16,14 +16,14 @@ from pathlib import Path
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
+from nats.errors import Error as NatsError
 
 from bus.codec import CodecError, decode
 from bus.dead_letters import dead_letter
 from bus.messages import Message
 from bus.subjects import (
-    EVENTS_STREAM,
-    LEDGER_CONSUMER,
+    LEDGER_DELIVER_SUBJECT,
+    LEDGER_MAX_ACK_PENDING,
     PREFIX,
     SQL_SUBJECT,
     ensure_ledger_consumer,
@@ -44,7 +44,6 @@ class LedgerOptions:
     db_path: Path
     snapshot_dir: Path
     batch_size: int = 2000
-    fetch_timeout_s: float = 0.5
     snapshot_interval_s: float = 5.0
     sql_row_cap: int = 10_000
     sql_timeout_s: float = 10.0
@@ -62,59 +61,78 @@ class LedgerService:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ledger-writer")
         self._readers = ThreadPoolExecutor(2, thread_name_prefix="ledger-reader")
         self.ingested = 0
+        self.ready = asyncio.Event()  # set once it consumes events and answers SQL
+        self._inbox: list[Msg] = []
+        self._arrived = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_streams(self.js, self.options.max_message_bytes)
         await ensure_ledger_consumer(self.js)
-        pull = await self.js.pull_subscribe_bind(LEDGER_CONSUMER, stream=EVENTS_STREAM)
+        events = await self.nc.subscribe(
+            LEDGER_DELIVER_SUBJECT,
+            cb=self._on_event,
+            # Above the consumer's max_ack_pending, so the client never drops a pushed event.
+            pending_msgs_limit=2 * LEDGER_MAX_ACK_PENDING,
+            pending_bytes_limit=-1,
+        )
         sql_sub = await self.nc.subscribe(SQL_SUBJECT, queue="ledger", cb=self._answer_sql)
         log.info("ledger ready: %s", self.options.db_path)
+        self.ready.set()
         try:
             async with asyncio.TaskGroup() as group:
-                ingest = group.create_task(self._ingest_forever(pull))
+                ingest = group.create_task(self._ingest_forever())
                 snapshots = group.create_task(self._snapshot_forever())
                 await stop.wait()
                 ingest.cancel()
                 snapshots.cancel()
         finally:
             await sql_sub.unsubscribe()
-            await pull.unsubscribe()
+            await events.unsubscribe()
             self._readers.shutdown(wait=True, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(self._writer, self._final_snapshot)
             self._writer.shutdown(wait=True)
             self.store.close()
 
-    async def _ingest_forever(self, pull: JetStreamContext.PullSubscription) -> None:
+    async def _on_event(self, msg: Msg) -> None:
+        self._inbox.append(msg)
+        self._arrived.set()
+
+    async def _ingest_forever(self) -> None:
+        # Batches form by themselves: whatever arrived while the last batch was committing.
         while True:
-            try:
-                batch = await pull.fetch(self.options.batch_size, self.options.fetch_timeout_s)
-            except TimeoutError:
-                continue
+            await self._arrived.wait()
+            batch = self._inbox[: self.options.batch_size]
+            del self._inbox[: len(batch)]
+            if not self._inbox:
+                self._arrived.clear()
             await self.ingest(batch)
 
     async def ingest(self, batch: list[Msg]) -> None:
         """Decode, commit, then ack. Undecodable events are committed as dead letters."""
-        messages: list[Message] = []
-        for msg in batch:
-            messages.append(self._decode_or_dead_letter(msg))
+        messages = [self._decode_or_dead_letter(msg) for msg in batch]
         loop = asyncio.get_running_loop()
         refused = await loop.run_in_executor(self._writer, self.store.write_batch, messages)
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
         for msg in batch:
-            await msg.ack()
+            if msg.reply:
+                await msg.ack()
         self.ingested += len(batch)
 
     def _decode_or_dead_letter(self, msg: Msg) -> Message:
-        seq = msg.metadata.sequence.stream
+        try:
+            key = f"seq{msg.metadata.sequence.stream}"
+        except (NatsError, ValueError, IndexError, AttributeError):
+            # Not from the stream (someone published to the deliver subject): keep it anyway.
+            return dead_letter(msg.subject, msg.data, "not a JetStream delivery", "ledger")
         try:
             message = decode(msg.data, self.options.max_message_bytes)
             if msg.subject != f"{PREFIX}.events.{message.KIND}":
                 raise CodecError(f"a {message.KIND} message on subject {msg.subject}")
             return message
         except CodecError as exc:
-            log.warning("refused event seq %d on %s: %s", seq, msg.subject, exc.reason)
-            return dead_letter(msg.subject, msg.data, exc.reason, "ledger", key=f"seq{seq}")
+            log.warning("refused event %s on %s: %s", key, msg.subject, exc.reason)
+            return dead_letter(msg.subject, msg.data, exc.reason, "ledger", key=key)
 
     async def _answer_sql(self, msg: Msg) -> None:
         if not msg.reply:

@@ -78,8 +78,12 @@ def run_query(
 ) -> QueryResult:
     """Check, then run on a fresh cursor in a READ ONLY transaction, interrupted at `timeout_s`,
     returning at most `row_cap` rows."""
-    check_read_only(con, sql)
-    cursor = con.cursor()
+    cursor = con.cursor()  # its own connection: the writer may be busy on `con`
+    try:
+        check_read_only(cursor, sql)
+    except SqlRefused:
+        cursor.close()
+        raise
     timer = threading.Timer(timeout_s, cursor.interrupt)
     timer.start()
     try:

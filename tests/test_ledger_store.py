@@ -1,0 +1,82 @@
+"""Batches commit idempotently; rows that cannot be stored become dead letters."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from bus.messages import AgentEvent, AgentEventKind, ChampionChange, ChangeKind
+from ledger.duckdb_store import LedgerStore
+from tests.conftest import make_idea, make_result
+
+
+def test_redelivered_batch_adds_no_rows(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "l.duckdb")
+    batch = [make_result(i) for i in range(100)] + [make_idea(i) for i in range(10)]
+    store.write_batch(batch)
+    store.write_batch(batch)  # redelivery of the whole batch
+    store.write_batch(batch[:10] + batch[:10])  # duplicates inside one batch
+    assert store.count("runs") == 100
+    assert store.count("ideas") == 10
+    store.close()
+
+
+def test_first_copy_of_an_event_wins(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "l.duckdb")
+    first = make_result(1, metric=1.5)
+    store.write_batch([first, dataclasses.replace(first, metric=9.9)])
+    store.write_batch([dataclasses.replace(first, metric=7.7)])
+    row = store.con.execute("select metric from runs").fetchall()
+    assert row == [(1.5,)]
+    store.close()
+
+
+def test_unstorable_row_becomes_dead_letter_and_the_rest_commit(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "l.duckdb")
+    bad = make_result(5, steps=2**70)  # valid JSON int, too big for BIGINT
+    refused = store.write_batch([make_result(1), bad, make_result(2)])
+    assert [r.dead_letter_id for r in refused] == ["dl-ledger-run_result-result-run-0000005"]
+    assert store.count("runs") == 2
+    reason, raw = store.con.execute("select reason, raw from dead_letters").fetchall()[0]
+    assert reason.startswith("cannot store") and "run-0000005" in raw
+    store.close()
+
+
+def test_data_survives_reopen_and_views_answer(tmp_path: Path) -> None:
+    path = tmp_path / "l.duckdb"
+    store = LedgerStore(path)
+    store.write_batch(
+        [make_idea(1), make_result(1, tier=0), make_result(101, tier=0, idea_id="idea-001")]
+        + [
+            ChampionChange(version=1, parent_version=0, kind=ChangeKind.INITIAL, recipe_sha="abc"),
+            AgentEvent("ev-1", "agent-0", AgentEventKind.JOINED, role="researcher"),
+            AgentEvent("ev-2", "agent-0", AgentEventKind.HEARTBEAT),
+        ]
+    )
+    store.close()
+    store = LedgerStore(path)  # schema creation is idempotent on an existing file
+    con = store.con
+    board = con.execute("select idea_id, n_runs from leaderboard").fetchall()
+    assert ("idea-001", 2) in board
+    assert con.execute("select version, kind from lineage").fetchall() == [(1, "INITIAL")]
+    assert con.execute("select agent_id, role, events, last_event from agents").fetchall() == [
+        ("agent-0", "researcher", 2, "HEARTBEAT")
+    ]
+    store.close()
+
+
+def test_snapshots_are_parquet_copies_of_changed_tables(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "l.duckdb")
+    store.write_batch([make_result(i) for i in range(20)])
+    written = store.snapshot(tmp_path / "snap")
+    assert "runs" in written
+    assert pq.read_table(tmp_path / "snap" / "runs.parquet").num_rows == 20
+    assert store.snapshot(tmp_path / "snap") == []  # nothing changed since
+    store.write_batch([make_result(99)])
+    assert store.snapshot(tmp_path / "snap") == ["runs"]
+    store.close()
+    # The ledger is a normal DuckDB file any client can open once the writer is gone.
+    assert duckdb.connect(str(tmp_path / "l.duckdb")).sql("select count(*) from runs").fetchall()
