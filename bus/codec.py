@@ -14,7 +14,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from bus.messages import MESSAGE_TYPES, SCHEMA_VERSION, Message
 
@@ -121,8 +121,10 @@ def _build(cls: type[Message], data: dict[str, Any]) -> Message:
             if spec.required:
                 raise CodecError(f"{cls.KIND}: missing field {spec.name!r}")
             continue
-        value = data[spec.name]
-        if type(value) is spec.exact and (spec.exact is not float or math.isfinite(value)):
+        value: Any = data[spec.name]
+        if type(value) is spec.exact and (
+            spec.exact is not float or math.isfinite(cast(float, value))
+        ):
             kwargs[spec.name] = value
         else:
             kwargs[spec.name] = _check(f"{cls.KIND}.{spec.name}", spec.hint, value)

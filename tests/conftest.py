@@ -5,7 +5,6 @@ nats-server or swarm process the tests started is left running."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess

@@ -49,8 +49,10 @@ def test_data_survives_reopen_and_views_answer(tmp_path: Path) -> None:
     path = tmp_path / "l.duckdb"
     store = LedgerStore(path)
     store.write_batch(
-        [make_idea(1), make_result(1, tier=0), make_result(101, tier=0, idea_id="idea-001")]
-        + [
+        [
+            make_idea(1),
+            make_result(1, tier=0),
+            make_result(101, tier=0, idea_id="idea-001"),
             ChampionChange(version=1, parent_version=0, kind=ChangeKind.INITIAL, recipe_sha="abc"),
             AgentEvent("ev-1", "agent-0", AgentEventKind.JOINED, role="researcher"),
             AgentEvent("ev-2", "agent-0", AgentEventKind.HEARTBEAT),

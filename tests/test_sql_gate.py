@@ -97,7 +97,7 @@ def test_row_cap_truncates_and_says_so(store: LedgerStore) -> None:
 
 
 def test_long_query_is_interrupted(store: LedgerStore) -> None:
-    with pytest.raises(SqlRefused, match="interrupted after the 0.3s time limit"):
+    with pytest.raises(SqlRefused, match=r"interrupted after the 0\.3s time limit"):
         run_query(store.con, "select count(*) from range(10000000000) a", 10, timeout_s=0.3)
     # The connection is still usable afterwards.
     assert run_query(store.con, "select 1", 10, 5).table.num_rows == 1
@@ -107,7 +107,7 @@ def test_read_only_file_refuses_writes_even_past_the_gate(tmp_path: Path) -> Non
     store = LedgerStore(tmp_path / "l.duckdb")
     store.close()
     con = open_database(tmp_path / "l.duckdb", read_only=True)
-    with pytest.raises(Exception, match="read-only|Permission"):
+    with pytest.raises(Exception, match=r"read-only|Permission"):
         con.execute("create table x (a int)")
     with pytest.raises(Exception, match="disabled by configuration"):
         con.execute("select * from read_text('/etc/hostname')")
