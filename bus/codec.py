@@ -31,7 +31,9 @@ class CodecError(ValueError):
 
 
 def encode(message: Message) -> bytes:
-    data = {f.name: _to_json(getattr(message, f.name)) for f in dataclasses.fields(message)}
+    data = {spec.name: getattr(message, spec.name) for spec in _SPECS[message.KIND]}
+    for name in _CONVERTED[message.KIND]:
+        data[name] = _to_json(data[name])
     envelope = {"kind": message.KIND, "v": SCHEMA_VERSION, "data": data}
     return json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode()
 
@@ -110,6 +112,11 @@ def _field_specs(cls: type[Message]) -> tuple[_FieldSpec, ...]:
 
 _SPECS = {kind: _field_specs(cls) for kind, cls in MESSAGE_TYPES.items()}
 _NAMES = {kind: frozenset(spec.name for spec in specs) for kind, specs in _SPECS.items()}
+# Fields whose values are not JSON as they are (enums, tuples), converted on encode.
+_CONVERTED = {
+    kind: tuple(s.name for s in specs if s.exact is None and s.hint is not Any)
+    for kind, specs in _SPECS.items()
+}
 
 
 def _build(cls: type[Message], data: dict[str, Any]) -> Message:

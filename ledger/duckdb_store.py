@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bus.messages import DeadLetter, Message
-from ledger.schema import TABLES, Column, Table, ddl
+from ledger.schema import TABLES, Column, Table, ddl, run_stats_upsert
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class LedgerStore:
         self.con = open_database(path, read_only=False)
         for statement in ddl():
             self.con.execute(statement)
+        self._rebuild_run_stats_if_missing()
         self._changed = {t.name for t in TABLES.values()}
         self._changed_lock = threading.Lock()  # snapshots run on their own thread
 
@@ -114,10 +115,13 @@ class LedgerStore:
                 batch = _arrow_batch(table, unique.values(), ingested_at)
                 self.con.register("incoming_batch", batch)
                 try:
-                    self.con.execute(
-                        f"INSERT INTO {name} BY NAME SELECT * FROM incoming_batch "
-                        "ON CONFLICT DO NOTHING"
-                    )
+                    if name == "runs":
+                        self._insert_runs()
+                    else:
+                        self.con.execute(
+                            f"INSERT INTO {name} BY NAME SELECT * FROM incoming_batch "
+                            "ON CONFLICT DO NOTHING"
+                        )
                 finally:
                     self.con.unregister("incoming_batch")
             self.con.execute("COMMIT")
@@ -126,6 +130,22 @@ class LedgerStore:
             raise
         with self._changed_lock:
             self._changed.update(by_table)
+
+    def _insert_runs(self) -> None:
+        """Insert new results and add them, and only them, to the run_stats totals."""
+        self.con.execute(
+            "CREATE OR REPLACE TEMP TABLE new_runs AS SELECT * FROM incoming_batch b "
+            "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = b.run_id)"
+        )
+        self.con.execute("INSERT INTO runs BY NAME SELECT * FROM new_runs")
+        self.con.execute(run_stats_upsert("new_runs"))
+        self.con.execute("DROP TABLE new_runs")
+
+    def _rebuild_run_stats_if_missing(self) -> None:
+        empty = self.con.execute("SELECT count(*) = 0 FROM run_stats").fetchall()[0][0]
+        if empty and self.count("runs"):
+            log.info("rebuilding run_stats from runs")
+            self.con.execute(run_stats_upsert("runs"))
 
     def count(self, table: str) -> int:
         row = self.con.cursor().execute(f"SELECT count(*) FROM {table}").fetchone()

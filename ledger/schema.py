@@ -108,21 +108,19 @@ VIEWS: dict[str, str] = {
                count(*) AS events
         FROM agent_events GROUP BY agent""",
     # Mean metric per idea, tier and champion version over successful runs; the champion's own
-    # baseline runs appear as idea '(champion)'. Lower is better for val_bpb.
+    # baseline runs appear as idea '(champion)'. Lower is better for val_bpb. Reads the running
+    # totals in run_stats, so it stays fast at millions of runs.
     "leaderboard": """
-        SELECT r.tier, r.champion_version,
-               CASE WHEN r.idea_id = '' THEN '(champion)' ELSE r.idea_id END AS idea_id,
-               any_value(i.author) AS author,
-               any_value(i.hypothesis) AS hypothesis,
-               any_value(r.metric_name) AS metric_name,
-               avg(r.metric) AS mean_metric,
-               stddev_samp(r.metric) AS std_metric,
-               min(r.metric) AS best_metric,
-               count(*) AS n_runs
-        FROM runs r LEFT JOIN ideas i USING (idea_id)
-        WHERE r.status = 'OK' AND r.metric IS NOT NULL
-        GROUP BY r.tier, r.champion_version, r.idea_id
-        ORDER BY r.tier DESC, mean_metric ASC""",
+        SELECT s.tier, s.champion_version,
+               CASE WHEN s.idea_id = '' THEN '(champion)' ELSE s.idea_id END AS idea_id,
+               i.author, i.hypothesis, s.metric_name,
+               s.sum_metric / s.n_runs AS mean_metric,
+               CASE WHEN s.n_runs > 1 THEN sqrt(greatest(0.0,
+                   (s.sum_sq_metric - s.sum_metric * s.sum_metric / s.n_runs) / (s.n_runs - 1)))
+               END AS std_metric,
+               s.best_metric, s.n_runs
+        FROM run_stats s LEFT JOIN ideas i USING (idea_id)
+        ORDER BY s.tier DESC, mean_metric ASC""",
     # How far each idea climbed and the latest verdict it got.
     "ladder": """
         SELECT i.idea_id, i.author, i.hypothesis, i.champion_version,
@@ -148,8 +146,34 @@ VIEWS: dict[str, str] = {
 }
 
 
+# Running totals of successful runs per (tier, champion version, idea), maintained by the ledger
+# in the same transaction as the runs they count (only rows new to `runs` are added, so
+# redelivery never double-counts). Derived data: rebuilt from `runs` if missing.
+RUN_STATS_DDL = """
+CREATE TABLE IF NOT EXISTS run_stats (
+    tier BIGINT, champion_version BIGINT, idea_id VARCHAR, metric_name VARCHAR,
+    n_runs BIGINT, sum_metric DOUBLE, sum_sq_metric DOUBLE, best_metric DOUBLE,
+    PRIMARY KEY (tier, champion_version, idea_id)
+);"""
+
+
+def run_stats_upsert(source: str) -> str:
+    """Add the successful runs in `source` (a table of new `runs` rows) to run_stats."""
+    return f"""
+        INSERT INTO run_stats
+        SELECT tier, champion_version, idea_id, any_value(metric_name), count(*),
+               sum(metric), sum(metric * metric), min(metric)
+        FROM {source} WHERE status = 'OK' AND metric IS NOT NULL
+        GROUP BY tier, champion_version, idea_id
+        ON CONFLICT (tier, champion_version, idea_id) DO UPDATE SET
+            n_runs = n_runs + excluded.n_runs,
+            sum_metric = sum_metric + excluded.sum_metric,
+            sum_sq_metric = sum_sq_metric + excluded.sum_sq_metric,
+            best_metric = least(best_metric, excluded.best_metric)"""
+
+
 def ddl() -> list[str]:
-    statements = [t.ddl() for t in TABLES.values()]
+    statements = [t.ddl() for t in TABLES.values()] + [RUN_STATS_DDL]
     statements += [
         f"CREATE OR REPLACE VIEW {name} AS {sql.strip()};" for name, sql in VIEWS.items()
     ]

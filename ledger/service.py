@@ -16,7 +16,6 @@ from pathlib import Path
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import Error as NatsError
 
 from bus.codec import CodecError, decode
 from bus.dead_letters import dead_letter
@@ -120,9 +119,7 @@ class LedgerService:
         self.ingested += len(batch)
 
     def _decode_or_dead_letter(self, msg: Msg) -> Message:
-        try:
-            key = f"seq{msg.metadata.sequence.stream}"
-        except (NatsError, ValueError, IndexError, AttributeError):
+        if not (msg.reply or "").startswith("$JS.ACK."):
             # Not from the stream (someone published to the deliver subject): keep it anyway.
             return dead_letter(msg.subject, msg.data, "not a JetStream delivery", "ledger")
         try:
@@ -131,6 +128,8 @@ class LedgerService:
                 raise CodecError(f"a {message.KIND} message on subject {msg.subject}")
             return message
         except CodecError as exc:
+            # Keyed by stream sequence, so a redelivered bad event stays one dead letter.
+            key = f"seq{msg.metadata.sequence.stream}"
             log.warning("refused event %s on %s: %s", key, msg.subject, exc.reason)
             return dead_letter(msg.subject, msg.data, exc.reason, "ledger", key=key)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from bus.messages import AgentEvent, AgentEventKind, ChampionChange, ChangeKind
+from bus.messages import AgentEvent, AgentEventKind, ChampionChange, ChangeKind, RunStatus
 from ledger.duckdb_store import LedgerStore
 from tests.conftest import make_idea, make_result
 
@@ -82,3 +82,43 @@ def test_snapshots_are_parquet_copies_of_changed_tables(tmp_path: Path) -> None:
     store.close()
     # The ledger is a normal DuckDB file any client can open once the writer is gone.
     assert duckdb.connect(str(tmp_path / "l.duckdb")).sql("select count(*) from runs").fetchall()
+
+
+LEADERBOARD_FROM_RUNS = """
+    SELECT tier, champion_version, idea_id, avg(metric), stddev_samp(metric), min(metric), count(*)
+    FROM runs WHERE status = 'OK' AND metric IS NOT NULL GROUP BY ALL ORDER BY ALL"""
+LEADERBOARD_VIEW = """
+    SELECT tier, champion_version, CASE WHEN idea_id = '(champion)' THEN '' ELSE idea_id END,
+           mean_metric, std_metric, best_metric, n_runs
+    FROM leaderboard ORDER BY ALL"""
+
+
+def _close(a: list[tuple[object, ...]], b: list[tuple[object, ...]]) -> bool:
+    def same(x: object, y: object) -> bool:
+        if isinstance(x, float) and isinstance(y, float):
+            return abs(x - y) < 1e-9
+        return x == y
+
+    return len(a) == len(b) and all(
+        all(same(x, y) for x, y in zip(ra, rb, strict=True)) for ra, rb in zip(a, b, strict=True)
+    )
+
+
+def test_leaderboard_totals_equal_a_full_recount_despite_redelivery(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "l.duckdb")
+    results = [
+        make_result(i, status=RunStatus.OK if i % 7 else RunStatus.CRASH, idea_id=f"i{i % 4}")
+        for i in range(300)
+    ]
+    results += [make_result(1000 + i, idea_id="") for i in range(5)]  # champion baselines
+    for start in range(0, 300, 40):
+        store.write_batch(results[start : start + 60])  # overlapping: every batch redelivers some
+    store.write_batch(results)
+    expected = store.con.execute(LEADERBOARD_FROM_RUNS).fetchall()
+    assert _close(store.con.execute(LEADERBOARD_VIEW).fetchall(), expected)
+    # run_stats is derived data: dropped, it is rebuilt from runs at the next open.
+    store.con.execute("DELETE FROM run_stats")
+    store.close()
+    store = LedgerStore(tmp_path / "l.duckdb")
+    assert _close(store.con.execute(LEADERBOARD_VIEW).fetchall(), expected)
+    store.close()

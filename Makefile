@@ -1,0 +1,23 @@
+# Everyday tasks. The README's two commands need nothing but Python; these assume the venv exists.
+PY := .venv/bin/python
+
+.PHONY: setup test lint format bench bench-long
+
+setup:
+	python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e ".[dev]"
+
+test:
+	$(PY) -m pytest
+
+lint:
+	.venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy
+
+format:
+	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
+
+# Short forms of every benchmark (minutes); long forms are documented in README.md.
+bench:
+	$(PY) bench/ledger_bench.py --events 100000
+
+bench-long:
+	$(PY) bench/ledger_bench.py --events 1000000

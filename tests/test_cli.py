@@ -1,0 +1,155 @@
+"""The `swarm` command as users run it: start, status, sql while running and after a stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from bus.messages import DeadLetter
+from tests.conftest import RunningSwarm, make_idea, make_result, run_swarm, wait_for
+from tests.helpers_process import alive, pids_matching, publish_all
+
+LEADERBOARD = "select idea_id, n_runs from leaderboard where tier = 0 order by idea_id limit 3"
+
+
+def test_help_shows_examples() -> None:
+    done = run_swarm(Path("unused"), "--help")
+    assert done.returncode == 0
+    assert "swarm sql" in done.stdout and "examples:" in done.stdout
+
+
+def test_sql_while_running_and_after_stop(running_swarm: RunningSwarm) -> None:
+    root = running_swarm.workspace.root
+    settings = running_swarm.workspace.read_bus_settings()
+    assert settings is not None
+    messages = [make_idea(i) for i in range(5)] + [make_result(i) for i in range(60)]
+    asyncio.run(publish_all(settings, messages))
+    wait_for(lambda: "60" in run_swarm(root, "sql", "select count(*) from runs").stdout, 20)
+
+    table = run_swarm(root, "sql", LEADERBOARD)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["idea_id", "n_runs"]
+    assert set(lines[1]) <= {"-", " "}
+    assert lines[2].split() == ["idea-000", "1"]
+    assert lines[-1] == "(3 rows)"
+
+    as_csv = run_swarm(root, "sql", LEADERBOARD, "--format", "csv")
+    assert as_csv.stdout.splitlines()[:2] == ["idea_id,n_runs", "idea-000,1"]
+    as_json = json.loads(run_swarm(root, "sql", LEADERBOARD, "--format", "json").stdout)
+    assert as_json[0] == {"idea_id": "idea-000", "n_runs": 1}
+
+    out = root.parent / "runs.parquet"
+    written = run_swarm(root, "sql", "select * from runs", "--out", str(out))
+    assert written.returncode == 0 and "wrote 60 rows" in written.stdout
+    parquet = pq.read_table(out)
+    assert parquet.num_rows == 60
+    assert str(parquet.schema.field("finished_at").type).startswith("timestamp")
+
+    refused = run_swarm(root, "sql", "drop table runs")
+    assert refused.returncode == 2
+    assert "only read-only queries (SELECT) are allowed, got DROP" in refused.stderr
+
+    status = run_swarm(root, "status")
+    assert "swarm: running" in status.stdout and "runs=60" in status.stdout
+
+    output = running_swarm.stop()
+    assert "swarm: stopped" in output
+    assert "runs=60" in output  # the live status line
+
+    after = run_swarm(root, "sql", LEADERBOARD, "--format", "csv")
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.splitlines()[1] == "idea-000,1"
+    status = run_swarm(root, "status")
+    assert "swarm: stopped" in status.stdout and "runs=60" in status.stdout
+    assert (root / "snapshots" / "runs.parquet").exists()
+
+
+def test_restart_resumes_with_ledger_and_stream_intact(tmp_path: Path, swarm_config: Path) -> None:
+    swarm = RunningSwarm(tmp_path / "ws", swarm_config)
+    settings = swarm.wait_ready()
+    asyncio.run(publish_all(settings, [make_result(i) for i in range(10)]))
+    wait_for(
+        lambda: "10" in run_swarm(swarm.workspace.root, "sql", "from runs select count(*)").stdout
+    )
+    swarm.stop()
+    again = RunningSwarm(tmp_path / "ws", swarm_config)
+    try:
+        settings = again.wait_ready()
+        asyncio.run(publish_all(settings, [make_result(i) for i in range(5, 20)]))
+        wait_for(
+            lambda: (
+                "20" in run_swarm(again.workspace.root, "sql", "from runs select count(*)").stdout
+            )
+        )
+        status = run_swarm(again.workspace.root, "status").stdout
+        # The store kept the first run's 10 events, and its duplicate window (kept across the
+        # restart) dropped the 5 re-published ones: 10 + 10 new.
+        assert "events=20" in status
+    finally:
+        again.stop()
+
+
+def test_second_swarm_on_the_same_workspace_is_refused(running_swarm: RunningSwarm) -> None:
+    done = run_swarm(running_swarm.workspace.root, "start")
+    assert done.returncode == 2
+    assert "a swarm is already running on" in done.stderr
+
+
+def test_sql_without_any_ledger_says_what_to_do(tmp_path: Path) -> None:
+    done = run_swarm(tmp_path / "nothing-here", "sql", "select 1")
+    assert done.returncode == 2
+    assert "no ledger at" in done.stderr and "swarm start" in done.stderr
+    assert "no swarm has run" in run_swarm(tmp_path / "nothing-here", "status").stdout
+
+
+def test_bad_config_stops_start_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[ledger]\nbatch_sise = 10\n")
+    done = run_swarm(tmp_path / "ws", "--config", str(config), "start")
+    assert done.returncode == 2
+    assert "unknown key ledger.batch_sise" in done.stderr
+    config.write_text("[ledger]\nbatch_size = -1\n")
+    done = run_swarm(tmp_path / "ws", "--config", str(config), "start")
+    assert "ledger.batch_size must be positive" in done.stderr
+    assert not (tmp_path / "ws").exists()  # nothing ran
+
+
+def test_sigkill_of_swarm_leaves_no_server_and_restart_works(
+    tmp_path: Path, swarm_config: Path
+) -> None:
+    swarm = RunningSwarm(tmp_path / "ws", swarm_config)
+    settings = swarm.wait_ready()
+    asyncio.run(publish_all(settings, [make_result(1), make_result(2)]))
+    root = str(swarm.workspace.root)
+    children = pids_matching(root, "nats-server") + pids_matching(root, last_arg="ledger")
+    assert len(children) == 2
+    swarm.stop(signal.SIGKILL)
+    wait_for(lambda: not any(alive(p) for p in children), 10)
+    again = RunningSwarm(tmp_path / "ws", swarm_config)
+    try:
+        again.wait_ready()
+        wait_for(
+            lambda: "2" in run_swarm(tmp_path / "ws", "sql", "from runs select count(*)").stdout
+        )
+    finally:
+        again.stop()
+
+
+def test_dead_letters_published_by_any_consumer_are_kept(running_swarm: RunningSwarm) -> None:
+    settings = running_swarm.workspace.read_bus_settings()
+    assert settings is not None
+    letter = DeadLetter("dl-x-1", "swarm.jobs.tier0", "not JSON", "{", 1, "trainer")
+    asyncio.run(publish_all(settings, [letter]))
+    wait_for(
+        lambda: (
+            "trainer"
+            in run_swarm(
+                running_swarm.workspace.root, "sql", "select consumer from dead_letters"
+            ).stdout
+        )
+    )
