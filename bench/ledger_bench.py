@@ -169,7 +169,8 @@ async def main() -> None:
 
         bus_times = await query_latencies(settings, args.queries)
         print(
-            f"leaderboard query p50 {pct(bus_times, 0.5):6.1f} ms  p99 {pct(bus_times, 0.99):6.1f} ms"
+            f"leaderboard query p50 {pct(bus_times, 0.5):6.1f} ms  "
+            f"p99 {pct(bus_times, 0.99):6.1f} ms"
             f"  (through the bus, as `swarm sql` asks; {base + backlog:,} rows)"
         )
         cli_times = cli_latencies(root, 10)
