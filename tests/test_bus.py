@@ -69,10 +69,16 @@ def test_stale_server_from_a_dead_swarm_is_stopped_at_next_start(tmp_path: Path)
         stderr=subprocess.DEVNULL,
     )
     (run_dir / "nats-server.pid").write_text(f"{stale.pid}\n")
+    wait_for((run_dir / f"nats-server_{stale.pid}.ports").exists, 10, 0.02)  # it is up
     server = EmbeddedNatsServer(run_dir, tmp_path / "js", MAX_PAYLOAD)
-    server.start()
-    assert stale.wait(5) is not None
-    server.stop()
+    try:
+        server.start()
+        assert stale.wait(5) is not None
+    finally:
+        server.stop()
+        if stale.poll() is None:
+            stale.kill()
+            stale.wait()
 
 
 async def test_nothing_starts_without_a_free_binary(
