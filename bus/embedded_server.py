@@ -123,7 +123,7 @@ class EmbeddedNatsServer:
         for old in self.run_dir.glob("nats-server_*.ports"):
             old.unlink()
         config = self.run_dir / "nats-server.conf"
-        _write_private(config, self._config_text())
+        write_private(config, self._config_text())
         log_file = open(self.run_dir / "nats-server.log", "ab")  # noqa: SIM115 - child owns it
         try:
             self._process = subprocess.Popen(
@@ -189,7 +189,7 @@ class EmbeddedNatsServer:
             ports.unlink(missing_ok=True)
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read (it holds the bus token)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:

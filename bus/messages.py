@@ -97,6 +97,8 @@ class RunSpec:
     patch: str = ""
     target: str = "bytelm"
     dials: dict[str, int] = field(default_factory=dict)
+    time_limit_s: float = 0.0  # hard wall clock for the experiment; 0: the trainer's default
+    eval_tokens: int = 0  # held-out bytes to score; 0: the trainer's default
     created_at: float = field(default_factory=now)
 
     @property

@@ -14,8 +14,8 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from bus.codec import encode
-from bus.messages import Message
-from bus.subjects import event_subject
+from bus.messages import Message, RunSpec
+from bus.subjects import event_subject, job_subject
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +98,12 @@ async def publish_event(js: JetStreamContext, message: Message, timeout: float =
         timeout=timeout,
         headers={"Nats-Msg-Id": message.event_id},
     )
+
+
+async def enqueue_run(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:
+    """Put a RunSpec on its tier's work queue and record it as an event (both keyed by run id,
+    so a retried enqueue neither runs twice nor adds a row)."""
+    await js.publish(
+        job_subject(spec.tier), encode(spec), timeout=timeout, headers={"Nats-Msg-Id": spec.run_id}
+    )
+    await publish_event(js, spec, timeout)

@@ -79,6 +79,34 @@ def stream_configs(max_msg_bytes: int) -> list[StreamConfig]:
     ]
 
 
+# Trainers share one durable consumer per tier on the work queue. A trainer sends in_progress()
+# every TRAINER_HEARTBEAT_S while it runs a job; a job whose trainer died comes back after
+# TRAINER_ACK_WAIT_S, to another trainer.
+TRAINER_ACK_WAIT_S = 20.0
+TRAINER_HEARTBEAT_S = 5.0
+
+
+def trainer_consumer_name(tier: int) -> str:
+    return f"trainers-tier{tier}"
+
+
+def trainer_consumer_config(tier: int) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=trainer_consumer_name(tier),
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=TRAINER_ACK_WAIT_S,
+        max_deliver=-1,  # trainers give up on a job themselves, with a RunResult saying why
+        filter_subject=job_subject(tier),
+    )
+
+
+async def ensure_trainer_consumer(js: JetStreamContext, tier: int) -> None:
+    try:
+        await js.consumer_info(JOBS_STREAM, trainer_consumer_name(tier))
+    except NotFoundError:
+        await js.add_consumer(JOBS_STREAM, trainer_consumer_config(tier))
+
+
 def ledger_consumer_config() -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=LEDGER_CONSUMER,

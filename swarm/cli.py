@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from bus.embedded_server import NatsServerError
+from bus.messages import RunStatus
 from bus.nats_bus import BusUnavailable, connect
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
@@ -17,8 +18,9 @@ from swarm.config import ConfigError, SwarmConfig, load_config, with_overrides
 from swarm.ledger_process import SwarmNotRunning, run_ledger
 from swarm.output import FORMATS, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
-from swarm.start import SwarmError, start_swarm
+from swarm.start import SwarmError, bus_settings, start_swarm
 from swarm.status import COUNTS_SQL, counts_from, live_status
+from swarm.training_setup import run_once, run_worker, summary
 from swarm.workspace import Workspace
 
 EXAMPLES = """\
@@ -30,6 +32,10 @@ examples:
   swarm sql "select * from leaderboard limit 10"
   swarm sql "select status, count(*) from runs group by all" --format csv
   swarm sql "select * from runs" --out runs.parquet
+  swarm run --tier 0                            train and evaluate the champion at tier 0
+  swarm run --tier 1 --patch idea.diff --seed 3 the champion plus a patch, by hand
+  swarm worker --nats nats://hub:4222 --tiers 2 add a trainer to a running swarm
+  swarm run --tier 0 --target command --edit train.py --run "python train.py" --metric val_loss
 
 The ledger's tables and views are documented in README.md (section "The ledger").
 Bus credentials can also come from the environment: SWARM_NATS_TOKEN, SWARM_NATS_PASSWORD.
@@ -66,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     start = commands.add_parser("start", help="start the swarm and show live status")
     start.add_argument("--minutes", type=float, help="stop after this many minutes")
+    start.add_argument("--trainers", type=int, help="trainer processes (default: one per core)")
     _add_bus_flags(start)
+    _add_target_flags(start)
 
     commands.add_parser("status", help="show what the swarm in the workspace is doing")
 
@@ -75,8 +83,32 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--format", choices=sorted(FORMATS), default="table")
     sql.add_argument("--out", type=Path, help="write the result to a .parquet file instead")
 
+    run = commands.add_parser("run", help="run the champion (or champion + patch) at a tier")
+    run.add_argument("--tier", type=int, required=True)
+    run.add_argument("--patch", type=Path, help="a unified diff against the editable file")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    _add_target_flags(run)
+
+    worker = commands.add_parser("worker", help="run a trainer for a running swarm")
+    worker.add_argument("--tiers", default="", help="tiers to serve, e.g. 2,3 (default: all)")
+    worker.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    _add_bus_flags(worker)
+    _add_target_flags(worker)
+
     commands.add_parser("ledger", help="(internal) run the ledger process; started by `start`")
     return parser
+
+
+def _add_target_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("what to optimise (default: the built-in bytelm)")
+    group.add_argument("--target", choices=["bytelm", "command"])
+    group.add_argument("--data", help="bytelm: your own text file or folder")
+    group.add_argument("--project", help="command: project folder (default: .)")
+    group.add_argument("--edit", help="command: the editable file")
+    group.add_argument("--run", dest="run_command", help='command: e.g. "python train.py"')
+    group.add_argument("--metric", help="command: the printed metric's name")
+    group.add_argument("--maximize", action="store_true", help="command: higher is better")
 
 
 def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +138,31 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
             token=os.environ.get("SWARM_NATS_TOKEN"),
             password=os.environ.get("SWARM_NATS_PASSWORD"),
         )
+    if getattr(args, "target", None) is not None or getattr(args, "data", None) is not None:
+        config = with_overrides(
+            config,
+            "target",
+            kind=args.target,
+            data=args.data,
+            project=args.project,
+            edit=args.edit,
+            run=args.run_command,
+            metric=args.metric,
+            direction="maximize" if args.maximize else None,
+        )
+    if getattr(args, "trainers", None) is not None:
+        config = with_overrides(config, "trainers", count=args.trainers)
+    if getattr(args, "device", None) is not None and args.command == "worker":
+        config = with_overrides(config, "trainers", device=args.device)
+    # Absolute paths, so child processes and later reads agree whatever their directory.
+    config = with_overrides(config, "ladder", path=str(Path(config.ladder.path).resolve()))
+    t = config.target
+    config = with_overrides(
+        config,
+        "target",
+        project=str(Path(t.project).resolve()),
+        data=str(Path(t.data).resolve()) if t.data else None,
+    )
     return config, Workspace(Path(config.workspace.path).resolve())
 
 
@@ -132,13 +189,23 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> int:
     if args.command == "start":
-        await start_swarm(config, workspace, args.minutes, args.config)
+        await start_swarm(config, workspace, args.minutes)
     elif args.command == "ledger":
         await run_ledger(config, workspace)
     elif args.command == "status":
         await _status(config, workspace)
     elif args.command == "sql":
         await _sql(args, config, workspace)
+    elif args.command == "run":
+        patch = args.patch.read_text() if args.patch else ""
+        result = await run_once(config, workspace, args.tier, args.seed, patch, args.device)
+        print(summary(result, result.metric_name))
+        return 0 if result.status == RunStatus.OK else 1
+    elif args.command == "worker":
+        settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
+        if settings is None:
+            raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
+        await run_worker(config, workspace, settings, args.tiers)
     return 0
 
 

@@ -7,6 +7,7 @@ before anything runs. The CLI overrides a few keys with `dataclasses.replace`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -49,6 +50,29 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetConfig:
+    kind: str = "bytelm"  # bytelm (built in) | command (your own project)
+    data: str = ""  # bytelm: your own text file or folder instead of the stdlib corpus
+    project: str = "."  # command: the project folder (copied per experiment)
+    edit: str = ""  # command: the one editable file, relative to the project
+    run: str = ""  # command: how to run one experiment, e.g. "python train.py"
+    metric: str = ""  # command: the metric the command prints as `name: value`
+    direction: str = "minimize"  # minimize | maximize
+
+
+@dataclass(frozen=True, slots=True)
+class TrainersConfig:
+    count: int = -1  # trainer processes `swarm start` runs; -1: one per CPU core; 0: none
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda
+    tiers: str = ""  # tiers served, e.g. "0,1"; empty: all
+
+
+@dataclass(frozen=True, slots=True)
+class LadderConfig:
+    path: str = "configs/ladder.toml"
+
+
+@dataclass(frozen=True, slots=True)
 class StatusConfig:
     interval_s: float = 5.0
 
@@ -59,6 +83,9 @@ class SwarmConfig:
     bus: BusConfig = field(default_factory=BusConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     status: StatusConfig = field(default_factory=StatusConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
+    trainers: TrainersConfig = field(default_factory=TrainersConfig)
+    ladder: LadderConfig = field(default_factory=LadderConfig)
 
 
 # Values that must be positive, by dotted key.
@@ -70,6 +97,14 @@ POSITIVE = {
     "ledger.sql_row_cap",
     "ledger.sql_timeout_s",
     "status.interval_s",
+}
+
+
+# Values that must be one of a few words, by dotted key.
+CHOICES = {
+    "target.kind": ("bytelm", "command"),
+    "target.direction": ("minimize", "maximize"),
+    "trainers.device": ("auto", "cpu", "cuda"),
 }
 
 
@@ -127,6 +162,12 @@ def _check(key: str, hint: Any, value: Any, source: str) -> Any:
         )
     if key in POSITIVE and value <= 0:
         raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
+    if key in CHOICES and value not in CHOICES[key]:
+        raise ConfigError(
+            f"{source}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}"
+        )
+    if key == "trainers.count" and value < -1:
+        raise ConfigError(f"{source}: {key} must be -1 (one per core), 0 or more, got {value}")
     return float(value) if hint is float else value
 
 
@@ -137,3 +178,17 @@ def with_overrides(config: SwarmConfig, section: str, **values: Any) -> SwarmCon
         return config
     updated = dataclasses.replace(getattr(config, section), **given)
     return dataclasses.replace(config, **{section: updated})
+
+
+def dump_config(config: SwarmConfig) -> str:
+    """TOML for `config`, so child processes run with exactly the supervisor's settings
+    (command-line overrides included)."""
+    lines = []
+    for section in dataclasses.fields(config):
+        lines.append(f"[{section.name}]")
+        values = getattr(config, section.name)
+        for f in dataclasses.fields(values):
+            value = getattr(values, f.name)
+            lines.append(f"{f.name} = {json.dumps(value)}")  # JSON scalars are TOML scalars
+        lines.append("")
+    return "\n".join(lines)

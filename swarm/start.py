@@ -16,13 +16,14 @@ from typing import TextIO
 
 from nats.aio.client import Client
 
-from bus.embedded_server import EmbeddedNatsServer
+from bus.embedded_server import EmbeddedNatsServer, write_private
 from bus.nats_bus import BusSettings, connect
 from bus.subjects import ensure_streams
-from swarm.config import SwarmConfig
+from swarm.config import SwarmConfig, dump_config
 from swarm.event_loop import stop_on_signals
 from swarm.status import live_status
 from swarm.supervisor import ManagedProcess
+from swarm.training_setup import trainer_count
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ async def start_swarm(
     config: SwarmConfig,
     workspace: Workspace,
     minutes: float | None = None,
-    config_path: Path | None = None,
     out: TextIO = sys.stdout,
 ) -> None:
     workspace.create()
@@ -56,7 +56,7 @@ async def start_swarm(
     stop = asyncio.Event()
     stop_on_signals(stop, lambda signum: log.info("signal %d: stopping", signum))
     server: EmbeddedNatsServer | None = None
-    ledger: ManagedProcess | None = None
+    children: list[ManagedProcess] = []
     try:
         if config.bus.url:
             settings = bus_settings(config)
@@ -69,13 +69,28 @@ async def start_swarm(
         nc = await connect(settings, "swarm-supervisor", config.bus.connect_timeout_s)
         try:
             await ensure_streams(nc.jetstream(), config.bus.max_payload_bytes)
-            ledger = ManagedProcess(
-                "ledger",
-                _swarm_argv(workspace, config_path, "ledger"),
-                workspace.logs_dir / "ledger.log",
-                config.ledger.restart_delay_s,
+            delay = config.ledger.restart_delay_s
+            effective = workspace.run_dir / "swarm.toml"  # children run with exactly this config
+            write_private(effective, dump_config(config))
+            children.append(
+                ManagedProcess(
+                    "ledger",
+                    _swarm_argv(workspace, effective, "ledger"),
+                    workspace.logs_dir / "ledger.log",
+                    delay,
+                )
             )
-            await ledger.start()
+            for i in range(trainer_count(config)):
+                children.append(
+                    ManagedProcess(
+                        f"trainer-{i}",
+                        _swarm_argv(workspace, effective, "worker"),
+                        workspace.logs_dir / f"trainer-{i}.log",
+                        delay,
+                    )
+                )
+            for child in children:
+                await child.start()
             print(
                 f"swarm: bus {settings.redacted_url()} "
                 f"({'embedded' if server else 'external'}), workspace {workspace.root}",
@@ -83,18 +98,20 @@ async def start_swarm(
                 flush=True,
             )
             async with asyncio.TaskGroup() as group:
-                keeper = group.create_task(ledger.keep_alive())
+                keepers = [group.create_task(child.keep_alive()) for child in children]
                 reporter = group.create_task(_report(nc, config, out))
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline)
-                await ledger.stop()
-                keeper.cancel()
-                reporter.cancel()
+                # Trainers first (they hand unfinished jobs back), the ledger last (it commits).
+                for child in reversed(children):
+                    await child.stop()
+                for task in [*keepers, reporter]:
+                    task.cancel()
         finally:
             await nc.close()
     finally:
-        if ledger is not None:
-            await ledger.stop()
+        for child in reversed(children):
+            await child.stop()
         if server is not None:
             server.stop()
         workspace.clear_bus_settings()
@@ -102,12 +119,19 @@ async def start_swarm(
         print("swarm: stopped", file=out, flush=True)
 
 
-def _swarm_argv(workspace: Workspace, config_path: Path | None, *command: str) -> list[str]:
-    """How a child runs a `swarm` subcommand on the same workspace and config file."""
-    argv = [sys.executable, "-m", "swarm", "--workspace", str(workspace.root)]
-    if config_path is not None:
-        argv += ["--config", str(config_path.resolve())]
-    return [*argv, *command]
+def _swarm_argv(workspace: Workspace, config_path: Path, *command: str) -> list[str]:
+    """How a child runs a `swarm` subcommand on the same workspace and config."""
+    root = str(workspace.root)
+    return [
+        sys.executable,
+        "-m",
+        "swarm",
+        "--workspace",
+        root,
+        "--config",
+        str(config_path),
+        *command,
+    ]
 
 
 async def _wait(stop: asyncio.Event, deadline: float | None) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from bus.embedded_server import write_private
 from bus.nats_bus import BusSettings
 
 
@@ -61,9 +62,7 @@ class Workspace:
             folder.mkdir(parents=True, exist_ok=True)
 
     def write_bus_settings(self, settings: BusSettings) -> None:
-        fd = os.open(self.bus_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(dataclasses.asdict(settings), handle)
+        write_private(self.bus_file, json.dumps(dataclasses.asdict(settings)))
 
     def read_bus_settings(self) -> BusSettings | None:
         try:

@@ -1,0 +1,98 @@
+"""The tiers of the scale ladder, from `configs/ladder.toml`, validated at load.
+
+A tier names few dials (depth, width, context) and derives the rest in the recipe, a budget in
+tokens or seconds, the hard wall-clock limit of one experiment, and how many held-out bytes the
+evaluator scores. Promotion rules per tier arrive with the ladder.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bus.messages import BudgetKind
+
+DEFAULT_LADDER = Path("configs/ladder.toml")
+
+
+class LadderConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    index: int
+    name: str
+    depth: int
+    width: int
+    context: int
+    budget_kind: BudgetKind
+    budget: float
+    time_limit_s: float
+    eval_tokens: int
+    seeds: int
+
+    @property
+    def dials(self) -> dict[str, int]:
+        return {"depth": self.depth, "width": self.width, "context": self.context}
+
+
+_FIELDS: dict[str, type] = {
+    "name": str,
+    "depth": int,
+    "width": int,
+    "context": int,
+    "budget_kind": str,
+    "budget": float,
+    "time_limit_s": float,
+    "eval_tokens": int,
+    "seeds": int,
+}
+
+
+def load_tiers(path: Path | None = None) -> list[Tier]:
+    path = path or DEFAULT_LADDER
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise LadderConfigError(f"ladder config not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LadderConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"tier"}
+    if unknown:
+        raise LadderConfigError(
+            f"{path}: unknown key {sorted(unknown)[0]}; expected [[tier]] tables"
+        )
+    tiers = data.get("tier")
+    if not isinstance(tiers, list) or not tiers:
+        raise LadderConfigError(f"{path}: no [[tier]] tables")
+    return [_tier(i, raw, path) for i, raw in enumerate(tiers)]
+
+
+def _tier(index: int, raw: Any, path: Path) -> Tier:
+    where = f"{path}: tier[{index}]"
+    if not isinstance(raw, dict):
+        raise LadderConfigError(f"{where} must be a table")
+    for key in raw:
+        if key not in _FIELDS:
+            raise LadderConfigError(f"{where}: unknown key {key}; known: {', '.join(_FIELDS)}")
+    values: dict[str, Any] = {}
+    for key, kind in _FIELDS.items():
+        if key not in raw:
+            raise LadderConfigError(f"{where}: missing key {key}")
+        value = raw[key]
+        ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+        if not ok or isinstance(value, bool):
+            raise LadderConfigError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
+        if kind in (int, float) and value <= 0:
+            raise LadderConfigError(f"{where}.{key} must be positive, got {value!r}")
+        values[key] = float(value) if kind is float else value
+    try:
+        values["budget_kind"] = BudgetKind(values["budget_kind"])
+    except ValueError:
+        raise LadderConfigError(f"{where}.budget_kind must be 'tokens' or 'seconds'") from None
+    if values["width"] % 32:
+        raise LadderConfigError(f"{where}.width must be a multiple of 32 (the head size)")
+    return Tier(index=index, **values)

@@ -1,0 +1,153 @@
+"""Wiring training to the config and workspace: the target, the champion recipe, the tiers,
+the device, and the `swarm run` and `swarm worker` commands."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from bus.messages import RunResult, RunSpec, new_id
+from bus.nats_bus import BusSettings, connect
+from scale_ladder.tiers import Tier, load_tiers
+from swarm.config import SwarmConfig
+from swarm.event_loop import stop_on_signals
+from swarm.workspace import Workspace
+from training.runner import RunLimits
+from training.targets import BytelmTarget, CommandTarget, Target
+from training.trainer import Trainer, TrainerOptions
+
+
+class TrainingSetupError(ValueError):
+    pass
+
+
+def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
+    t = config.target
+    if t.kind == "bytelm":
+        return BytelmTarget(workspace.root / "corpus", Path(t.data) if t.data else None)
+    missing = [key for key in ("edit", "run", "metric") if not getattr(t, key)]
+    if missing:
+        raise TrainingSetupError(
+            f"--target command needs {', '.join('--' + m for m in missing)} "
+            "(target." + ", target.".join(missing) + " in the config)"
+        )
+    project = Path(t.project).resolve()
+    if not (project / t.edit).is_file():
+        raise TrainingSetupError(f"--edit {t.edit}: no such file in {project}")
+    return CommandTarget(project, t.edit, t.run, t.metric, t.direction == "minimize")
+
+
+def champion_source(target: Target, workspace: Workspace) -> str:
+    """The champion recipe, pinned in the workspace at first use (version 1)."""
+    path = workspace.root / "champions" / "v1" / target.editable
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(target.initial_source())
+    return path.read_text()
+
+
+def resolve_device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tiers(config: SwarmConfig) -> list[Tier]:
+    return load_tiers(Path(config.ladder.path))
+
+
+def limits_for(tier: Tier) -> RunLimits:
+    return RunLimits(time_limit_s=tier.time_limit_s, eval_tokens=tier.eval_tokens)
+
+
+def run_spec(tier: Tier, seed: int, patch: str = "", idea_id: str = "") -> RunSpec:
+    return RunSpec(
+        run_id=new_id("run"),
+        tier=tier.index,
+        seed=seed,
+        champion_version=1,
+        budget_kind=tier.budget_kind,
+        budget=tier.budget,
+        idea_id=idea_id,
+        patch=patch,
+        dials=tier.dials,
+        time_limit_s=tier.time_limit_s,
+        eval_tokens=tier.eval_tokens,
+    )
+
+
+async def run_once(
+    config: SwarmConfig, workspace: Workspace, tier_index: int, seed: int, patch: str, device: str
+) -> RunResult:
+    """`swarm run`: one experiment through the same sandboxed runner the trainers use."""
+    ladder = tiers(config)
+    if not 0 <= tier_index < len(ladder):
+        raise TrainingSetupError(f"--tier {tier_index}: the ladder has tiers 0..{len(ladder) - 1}")
+    tier = ladder[tier_index]
+    workspace.create()
+    target = make_target(config, workspace)
+    source = champion_source(target, workspace)
+    spec = run_spec(tier, seed, patch)
+    return await asyncio.to_thread(
+        target.run,
+        spec,
+        source,
+        limits_for(tier),
+        workspace.root / "scratch",
+        resolve_device(device),
+        "swarm-run",
+        workspace.logs_dir / "runs",
+    )
+
+
+def summary(result: RunResult, metric_name: str) -> str:
+    """The greppable `key: value` lines every run ends with."""
+    lines = {
+        "status": result.status.value,
+        metric_name: "" if result.metric is None else f"{result.metric:.6f}",
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "train_seconds": f"{result.train_seconds:.2f}",
+        "flops": f"{result.flops:.3e}",
+        "peak_mem_mb": f"{result.peak_mem_mb:.0f}",
+        "device": result.device,
+        "corpus_hash": result.corpus_hash,
+        "run_id": result.run_id,
+    }
+    if result.reason:
+        lines["reason"] = result.reason
+    return "\n".join(f"{key}: {value}" for key, value in lines.items())
+
+
+async def run_worker(
+    config: SwarmConfig, workspace: Workspace, settings: BusSettings, serve: str
+) -> None:
+    """`swarm worker`: a trainer on this machine serving the given tiers until stopped."""
+    ladder = tiers(config)
+    wanted = serve or config.trainers.tiers
+    indexes = tuple(int(t) for t in wanted.split(",")) if wanted else tuple(t.index for t in ladder)
+    workspace.create()
+    target = make_target(config, workspace)
+    options = TrainerOptions(
+        tiers=indexes,
+        device=resolve_device(config.trainers.device),
+        scratch_dir=workspace.root / "scratch",
+        log_dir=workspace.logs_dir / "runs",
+        default_limits={t.index: limits_for(t) for t in ladder},
+        champion_source=champion_source(target, workspace),
+        max_message_bytes=config.bus.max_payload_bytes,
+    )
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    nc = await connect(settings, f"trainer-{os.getpid()}", config.bus.connect_timeout_s)
+    try:
+        await Trainer(nc, target, options).run(stop)
+    finally:
+        await nc.close()
+
+
+def trainer_count(config: SwarmConfig) -> int:
+    return (os.cpu_count() or 1) if config.trainers.count == -1 else config.trainers.count

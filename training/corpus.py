@@ -1,0 +1,103 @@
+"""The bytelm corpus: bytes of text files, split into train and val by file.
+
+Default source: the running interpreter's standard-library `.py` files, a fixed sorted
+selection (never downloaded). Val = the files of a few stdlib packages the experiment process is
+never allowed to read (see sandbox.VAL_PACKAGES); train = the rest, capped in size. `--data PATH`
+uses the user's own text file (last 10% is val) or folder (every 10th file, sorted, is val).
+
+Built once and cached in the workspace as raw uint8 files with a manifest; the corpus hash
+(over file names and contents) is recorded with every result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from training.sandbox import VAL_PACKAGES
+
+TRAIN_CAP_BYTES = 24 * 1024 * 1024
+SKIPPED_DIRS = {"site-packages", "test", "tests", "__pycache__", "idle_test"}
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    train: torch.Tensor  # uint8, 1-D
+    val: torch.Tensor
+    corpus_hash: str
+    source: str
+
+
+def stdlib_files() -> tuple[list[Path], list[Path], Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    train: list[Path] = []
+    val: list[Path] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if SKIPPED_DIRS & set(rel.parts[:-1]):
+            continue
+        (val if rel.parts[0] in VAL_PACKAGES else train).append(path)
+    return train, val, root
+
+
+def user_files(data: Path) -> tuple[list[Path], list[Path], Path]:
+    if data.is_file():
+        return [data], [], data.parent
+    files = sorted(p for p in data.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if len(files) < 2:
+        raise ValueError(f"--data {data}: need a text file or a folder with at least 2 files")
+    return [f for i, f in enumerate(files) if i % 10 != 9], files[9::10] or files[-1:], data
+
+
+def _read(files: list[Path], root: Path, digest: hashlib._Hash, cap: int | None) -> bytes:
+    chunks, size = [], 0
+    for path in files:
+        data = path.read_bytes()
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + data)
+        chunks.append(data + b"\n")
+        size += len(data) + 1
+        if cap is not None and size >= cap:
+            break
+    return b"".join(chunks)
+
+
+def build(data: Path | None) -> tuple[bytes, bytes, str, str]:
+    train_files, val_files, root = user_files(data) if data else stdlib_files()
+    digest = hashlib.sha256()
+    train = _read(train_files, root, digest, TRAIN_CAP_BYTES)
+    val = _read(val_files, root, digest, None)
+    if data is not None and data.is_file():
+        cut = len(train) * 9 // 10
+        train, val = train[:cut], train[cut:]
+    if len(val) < 64 * 1024 or len(train) < 256 * 1024:
+        raise ValueError(
+            f"corpus too small: {len(train)} train and {len(val)} val bytes "
+            "(need at least 256 KiB and 64 KiB)"
+        )
+    return train, val, digest.hexdigest()[:16], str(data or root)
+
+
+def load_corpus(cache_dir: Path, data: Path | None = None) -> Corpus:
+    """Build on first use, then read from the cache."""
+    key = hashlib.sha256(str(data.resolve() if data else "stdlib").encode()).hexdigest()[:12]
+    folder = cache_dir / key
+    manifest = folder / "manifest.json"
+    if not manifest.exists():
+        train, val, corpus_hash, source = build(data)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "train.bin").write_bytes(train)
+        (folder / "val.bin").write_bytes(val)
+        meta = {"hash": corpus_hash, "source": source, "train": len(train), "val": len(val)}
+        manifest.write_text(json.dumps(meta))
+    meta = json.loads(manifest.read_text())
+    return Corpus(
+        train=torch.frombuffer(bytearray((folder / "train.bin").read_bytes()), dtype=torch.uint8),
+        val=torch.frombuffer(bytearray((folder / "val.bin").read_bytes()), dtype=torch.uint8),
+        corpus_hash=meta["hash"],
+        source=meta["source"],
+    )

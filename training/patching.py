@@ -1,0 +1,119 @@
+"""Applying an idea's unified diff to the editable file, strictly.
+
+Every hunk's context and removed lines must match the file exactly (a hunk may sit at another
+line than it says, as `patch` allows, but never with fuzz). A patch that names any other file,
+creates or deletes files, or does not apply is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class PatchRefused(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Hunk:
+    old_start: int
+    old: list[str]
+    new: list[str]
+
+
+def _file_name(header: str) -> str:
+    name = header[4:].split("\t")[0].strip()
+    if name == "/dev/null":
+        return name
+    return name[2:] if name.startswith(("a/", "b/")) else name
+
+
+def parse(patch: str, editable: str) -> list[Hunk]:
+    lines = patch.splitlines(keepends=True)
+    hunks: list[Hunk] = []
+    i = 0
+    seen_header = False
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(("--- ", "+++ ")):
+            name = _file_name(line.rstrip("\n"))
+            if name == "/dev/null":
+                raise PatchRefused("patches may not create or delete files")
+            if name != editable:
+                raise PatchRefused(f"patch touches {name!r}; only {editable!r} may change")
+            seen_header = True
+            i += 1
+            continue
+        match = HUNK.match(line)
+        if not match:
+            i += 1  # commentary before or between files (e.g. `diff --git` lines)
+            continue
+        old_count = int(match.group(2) or 1)
+        new_count = int(match.group(4) or 1)
+        old: list[str] = []
+        new: list[str] = []
+        last = " "
+        i += 1
+        while i < len(lines):
+            body = lines[i]
+            if body.startswith("\\"):  # "\ No newline at end of file": about the line before
+                if last in " -":
+                    _strip_newline(old)
+                if last in " +":
+                    _strip_newline(new)
+            elif len(old) >= old_count and len(new) >= new_count:
+                break
+            elif body[:1] == " " or body in ("\n", "\r\n"):
+                text = body[1:] if body[:1] == " " else body
+                old.append(text)
+                new.append(text)
+            elif body[:1] == "-":
+                old.append(body[1:])
+            elif body[:1] == "+":
+                new.append(body[1:])
+            else:
+                raise PatchRefused(f"malformed hunk line {i + 1}: {body[:60]!r}")
+            last = body[:1]
+            i += 1
+        if len(old) != old_count or len(new) != new_count:
+            raise PatchRefused(f"hunk at line {match.group(1)} is truncated")
+        hunks.append(Hunk(int(match.group(1)), old, new))
+    if not seen_header or not hunks:
+        raise PatchRefused("not a unified diff: no file header or no hunks")
+    return hunks
+
+
+def _strip_newline(lines: list[str]) -> None:
+    if lines and lines[-1].endswith("\n"):
+        lines[-1] = lines[-1][:-1]
+
+
+def apply(text: str, patch: str, editable: str) -> str:
+    """The editable file after `patch`; raises PatchRefused if it does not apply cleanly."""
+    lines = text.splitlines(keepends=True)
+    offset = 0
+    for hunk in parse(patch, editable):
+        want = max(0, hunk.old_start - 1 + offset) if hunk.old else hunk.old_start + offset
+        at = _find(lines, hunk.old, want)
+        if at is None:
+            raise PatchRefused(
+                f"hunk at line {hunk.old_start} does not apply: its context does not match "
+                "the current champion (rebase the idea on the latest version)"
+            )
+        lines[at : at + len(hunk.old)] = hunk.new
+        offset += len(hunk.new) - len(hunk.old) + (at - want)
+    return "".join(lines)
+
+
+def _find(lines: list[str], old: list[str], want: int) -> int | None:
+    """Where `old` matches, nearest to `want` first."""
+    if not old:
+        return min(want, len(lines))
+    for distance in range(len(lines) + 1):
+        for at in (want - distance, want + distance):
+            if 0 <= at <= len(lines) - len(old) and lines[at : at + len(old)] == old:
+                return at
+    return None

@@ -1,0 +1,340 @@
+"""The sandboxed runner: one RunSpec in, one RunResult out, whatever the experiment does.
+
+It patches the champion recipe in a scratch directory, starts the experiment in its own process
+group under rlimits with a scrubbed environment, feeds it training batches until the budget is
+spent, evaluates it (see evaluator), and turns every outcome — success, exception, NaN, hang,
+memory exhaustion, a refused patch, a non-causal model — into a RunResult with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus
+from training import protocol as p
+from training.corpus import Corpus
+from training.evaluator import Evaluation, NonCausalModel
+from training.patching import PatchRefused, apply
+from training.sandbox import Limits, scrubbed_env, set_rlimits
+
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """Per-tier limits the runner enforces on top of the budget."""
+
+    time_limit_s: float  # hard wall clock for the whole experiment process
+    eval_tokens: int = 16_384
+    limits: Limits = field(default_factory=Limits)
+
+
+class _ChildGone(Exception):
+    """The experiment exited or closed its pipe before the protocol was done."""
+
+
+class _Stop(Exception):
+    def __init__(self, status: RunStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass
+class _Progress:
+    steps: int = 0
+    tokens: int = 0
+    started: float | None = None
+    ended: float | None = None
+    parameters: int = 0
+    peak_mem_mb: float = 0.0
+
+    @property
+    def train_seconds(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.started
+
+
+def run_bytelm(
+    spec: RunSpec,
+    recipe: str,
+    corpus: Corpus,
+    limits: RunLimits,
+    scratch_root: Path,
+    device: str = "cpu",
+    trainer: str = "",
+    log_dir: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> RunResult:
+    """Run one bytelm experiment; never raises for anything the experiment does (only
+    Cancelled, when `cancel` is set by a trainer shutting down)."""
+    started_at = time.time()
+    base: dict[str, Any] = {
+        "run_id": spec.run_id,
+        "tier": spec.tier,
+        "seed": spec.seed,
+        "champion_version": spec.champion_version,
+        "idea_id": spec.idea_id,
+        "device": device,
+        "trainer": trainer,
+        "corpus_hash": corpus.corpus_hash,
+        "started_at": started_at,
+    }
+    try:
+        source = apply(recipe, spec.patch, "recipe.py") if spec.patch else recipe
+    except PatchRefused as exc:
+        return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
+    scratch = scratch_root / spec.run_id
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    (scratch / "recipe.py").write_text(source)
+    progress = _Progress()
+    log_path = scratch / "experiment.log"
+    try:
+        status, reason, metric = _experiment(
+            spec, corpus, limits, scratch, device, progress, cancel
+        )
+    finally:
+        tail = log_tail(log_path)
+        if log_dir is not None and log_path.exists():
+            log_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy(log_path, log_dir / f"{spec.run_id}.log")
+        shutil.rmtree(scratch, ignore_errors=True)
+    return RunResult(
+        **base,
+        status=status,
+        reason=reason,
+        metric=metric,
+        steps=progress.steps,
+        tokens=progress.tokens,
+        train_seconds=round(progress.train_seconds, 3),
+        flops=6.0 * progress.parameters * progress.tokens,
+        peak_mem_mb=progress.peak_mem_mb,
+        log_tail=tail,
+    )
+
+
+class Cancelled(Exception):
+    """The trainer is shutting down: the run was stopped and must be retried elsewhere."""
+
+
+def _experiment(
+    spec: RunSpec,
+    corpus: Corpus,
+    limits: RunLimits,
+    scratch: Path,
+    device: str,
+    progress: _Progress,
+    cancel: threading.Event | None,
+) -> tuple[RunStatus, str, float | None]:
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    config = {
+        "seed": spec.seed,
+        "dials": spec.dials,
+        "device": device,
+        "scratch": str(scratch),
+        "req_fd": req_w,
+        "resp_fd": resp_r,
+    }
+    log_path = scratch / "experiment.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "training.harness_child", json.dumps(config)],
+            cwd=scratch,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=scrubbed_env(scratch, {}, cpu=not device.startswith("cuda")),
+            pass_fds=(req_w, resp_r),
+            start_new_session=True,
+            preexec_fn=lambda: set_rlimits(limits.limits),
+        )
+    os.close(req_w)
+    os.close(resp_r)
+    session = _Session(spec, corpus, limits, process, req_r, resp_w, progress, cancel)
+    try:
+        metric = session.serve()
+        code = process.wait(max(1.0, session.deadline - time.monotonic()))
+        if code != 0:
+            return (*exit_status(code, log_path), None)
+        return RunStatus.OK, "", metric
+    except _ChildGone:
+        code = process.wait(max(1.0, session.deadline - time.monotonic()))
+        if code == 0:
+            return RunStatus.CRASH, "the experiment exited before its evaluation finished", None
+        return (*exit_status(code, log_path), None)
+    except _Stop as stop:
+        return stop.status, stop.reason, None
+    except subprocess.TimeoutExpired:
+        return RunStatus.TIMEOUT, _timeout_reason(spec, limits), None
+    finally:
+        kill_group(process)
+        os.close(req_r)
+        os.close(resp_w)
+
+
+@dataclass
+class _Session:
+    """The runner's side of one experiment's pipe protocol."""
+
+    spec: RunSpec
+    corpus: Corpus
+    limits: RunLimits
+    process: subprocess.Popen[bytes]
+    req: int
+    resp: int
+    progress: _Progress
+    cancel: threading.Event | None
+    deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.limits.time_limit_s
+        self.generator = torch.Generator().manual_seed(self.spec.seed)  # same seed, same data
+
+    def serve(self) -> float:
+        """Answer the experiment's requests until its evaluation is done; return val_bpb."""
+        evaluation: Evaluation | None = None
+        batch_index = 0
+        while True:
+            kind = self.read(1)
+            if kind == b"B":
+                batch, context = p.BATCH_ASK.unpack(self.read(p.BATCH_ASK.size))
+                data, spent = self.batch(batch, context)
+                p.write_all(self.resp, p.BATCH_ANSWER.pack(len(data), spent) + data)
+            elif kind == b"L":
+                (loss,) = p.LOSS.unpack(self.read(p.LOSS.size))
+                if not math.isfinite(loss):
+                    steps = self.progress.steps
+                    raise _Stop(RunStatus.CRASH, f"non-finite loss ({loss}) at step {steps}")
+            elif kind == b"I":
+                (size,) = p.INFO.unpack(self.read(p.INFO.size))
+                info = json.loads(self.read(size))
+                self.progress.parameters = int(info.get("parameters", 0))
+            elif kind == b"E":
+                if evaluation is None:
+                    self.progress.ended = self.progress.ended or time.monotonic()
+                    self.progress.peak_mem_mb = _peak_rss_mb(self.process.pid)
+                    context = self.spec.dials["context"]
+                    evaluation = Evaluation(self.corpus.val, context, self.limits.eval_tokens)
+                if batch_index == len(evaluation.batches):
+                    p.write_all(self.resp, p.EVAL_ANSWER.pack(0, 0))
+                    try:
+                        return evaluation.finish()
+                    except NonCausalModel as exc:
+                        raise _Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
+                windows = evaluation.batches[batch_index]
+                n, context = len(windows), windows.shape[1] - 1
+                p.write_all(self.resp, p.EVAL_ANSWER.pack(n, context) + windows.numpy().tobytes())
+                if self.read(1) != b"O":
+                    raise _Stop(RunStatus.CRASH, "protocol violation: expected logits")
+                raw = self.read(n * context * p.VOCAB * 4)
+                logits = torch.frombuffer(bytearray(raw), dtype=torch.float32)
+                evaluation.take(batch_index, logits.view(n, context, p.VOCAB))
+                batch_index += 1
+            else:
+                raise _Stop(RunStatus.CRASH, f"protocol violation: unknown request {kind!r}")
+
+    def batch(self, batch: int, context: int) -> tuple[bytes, float]:
+        """The next batch, or b"" once the budget is spent; with the share of budget spent."""
+        progress, spec = self.progress, self.spec
+        now = time.monotonic()
+        if progress.started is None:
+            progress.started = now  # start-up (imports, model build) is outside the budget
+        if not (1 <= batch <= 4096 and 1 <= context <= 8192):
+            raise _Stop(RunStatus.CRASH, f"asked for an impossible batch {batch}x{context}")
+        if spec.budget_kind == BudgetKind.TOKENS:
+            spent = progress.tokens / spec.budget
+        else:
+            spent = (now - progress.started) / spec.budget
+        if spent >= 1.0:
+            progress.ended = progress.ended or now
+            return b"", 1.0
+        train = self.corpus.train
+        starts = torch.randint(0, len(train) - context - 1, (batch,), generator=self.generator)
+        rows = torch.stack([train[s : s + context + 1] for s in starts.tolist()])
+        progress.steps += 1
+        progress.tokens += batch * context
+        return rows.numpy().tobytes(), spent
+
+    def read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            if self.cancel is not None and self.cancel.is_set():
+                raise Cancelled
+            wait = self.deadline - time.monotonic()
+            if wait <= 0:
+                raise _Stop(RunStatus.TIMEOUT, _timeout_reason(self.spec, self.limits))
+            ready, _, _ = select.select([self.req], [], [], min(wait, 0.5))
+            if not ready:
+                continue
+            chunk = os.read(self.req, min(left, 1 << 20))
+            if not chunk:
+                raise _ChildGone
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+
+def _timeout_reason(spec: RunSpec, limits: RunLimits) -> str:
+    return (
+        f"exceeded the wall-clock limit of {limits.time_limit_s:g}s "
+        f"(budget {spec.budget:g} {spec.budget_kind.value})"
+    )
+
+
+def exit_status(code: int, log_path: Path) -> tuple[RunStatus, str]:
+    text = log_tail(log_path) if log_path.is_file() else ""
+    last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+    if code < 0:
+        sig = signal.Signals(-code).name
+        if -code == signal.SIGKILL:
+            return RunStatus.OOM, f"killed by {sig} (the kernel's out-of-memory killer?)"
+        if -code == signal.SIGXFSZ:
+            return RunStatus.CRASH, "file size limit exceeded (SIGXFSZ)"
+        return RunStatus.CRASH, f"killed by {sig}"
+    oom_marks = ("MemoryError", "can't allocate memory", "out of memory", "Cannot allocate memory")
+    if any(mark in text for mark in oom_marks):
+        return RunStatus.OOM, f"out of memory: {last[:300]}"
+    return RunStatus.CRASH, f"exit code {code}: {last[:300]}" if last else f"exit code {code}"
+
+
+def _peak_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def log_tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - LOG_TAIL_CHARS))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

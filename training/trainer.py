@@ -1,0 +1,183 @@
+"""A trainer: takes RunSpecs off the JetStream work queue, runs them, publishes RunResults.
+
+Higher tiers first (promotion before new work). While a run is in progress the trainer sends
+`in_progress()` heartbeats, so JetStream does not hand the job to someone else; it publishes the
+RunResult and only then acks. A trainer killed mid-run never acks: the job comes back after the
+consumer's ack_wait and another trainer completes it; the result's event id (from the run id)
+keeps the ledger at exactly one result. A job delivered MAX_DELIVERIES times (its trainers keep
+dying) ends in a CRASH result saying so, so no RunSpec is left without a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from bus.codec import CodecError, decode_as
+from bus.dead_letters import dead_letter
+from bus.messages import AgentEvent, AgentEventKind, RunResult, RunSpec, RunStatus, new_id
+from bus.nats_bus import publish_event
+from bus.subjects import (
+    JOBS_STREAM,
+    TRAINER_HEARTBEAT_S,
+    ensure_trainer_consumer,
+    trainer_consumer_name,
+)
+from training.runner import Cancelled, RunLimits
+from training.targets import Target
+
+log = logging.getLogger(__name__)
+
+MAX_DELIVERIES = 3
+IDLE_POLL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerOptions:
+    tiers: tuple[int, ...]
+    device: str
+    scratch_dir: Path
+    log_dir: Path
+    default_limits: dict[int, RunLimits]  # per tier, for RunSpecs that do not carry limits
+    champion_source: str  # the recipe every RunSpec's patch applies to (champion store: issue 4)
+    max_message_bytes: int = 8 * 1024 * 1024
+
+
+class Trainer:
+    def __init__(self, nc: Client, target: Target, options: TrainerOptions) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.target = target
+        self.options = options
+        self.name = f"trainer-{socket.gethostname()}-{new_id('')[1:9]}"
+        self.completed = 0
+        self._cancel = threading.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        subs = []
+        for tier in sorted(self.options.tiers, reverse=True):  # highest tier first
+            await ensure_trainer_consumer(self.js, tier)
+            subs.append(
+                await self.js.pull_subscribe_bind(trainer_consumer_name(tier), stream=JOBS_STREAM)
+            )
+        await self._announce(AgentEventKind.JOINED, f"tiers {list(self.options.tiers)}")
+        try:
+            while not stop.is_set():
+                msg = await self._next_job(subs, stop)
+                if msg is not None:
+                    await self._handle(msg, stop)
+        finally:
+            await self._announce(AgentEventKind.LEFT, f"completed {self.completed} runs")
+            for sub in subs:
+                await sub.unsubscribe()
+
+    async def _next_job(
+        self, subs: list[JetStreamContext.PullSubscription], stop: asyncio.Event
+    ) -> Msg | None:
+        for sub in subs:
+            try:
+                msgs = await sub.fetch(1, timeout=0.05 if sub is not subs[-1] else IDLE_POLL_S)
+            except TimeoutError:
+                continue
+            if msgs:
+                return msgs[0]
+        return None
+
+    async def _handle(self, msg: Msg, stop: asyncio.Event) -> None:
+        try:
+            spec = decode_as(msg.data, RunSpec, self.options.max_message_bytes)
+        except CodecError as exc:
+            log.warning("refused job on %s: %s", msg.subject, exc.reason)
+            seq = msg.metadata.sequence.stream
+            letter = dead_letter(msg.subject, msg.data, exc.reason, "trainer", key=f"job{seq}")
+            await publish_event(self.js, letter)
+            await msg.ack()
+            return
+        deliveries = msg.metadata.num_delivered
+        if deliveries > MAX_DELIVERIES:
+            reason = f"abandoned after {deliveries - 1} deliveries: trainers died running it"
+            await self._publish(
+                RunResult(
+                    run_id=spec.run_id,
+                    tier=spec.tier,
+                    seed=spec.seed,
+                    champion_version=spec.champion_version,
+                    status=RunStatus.CRASH,
+                    idea_id=spec.idea_id,
+                    trainer=self.name,
+                    reason=reason,
+                ),
+                msg,
+            )
+            return
+        log.info(
+            "run %s (tier %d, seed %d, delivery %d)", spec.run_id, spec.tier, spec.seed, deliveries
+        )
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        runner = asyncio.ensure_future(asyncio.to_thread(self._run, spec))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set() and not runner.done():
+                self._cancel.set()  # the experiment is killed; the job goes back to the queue
+            try:
+                result = await runner
+            except Cancelled:
+                await msg.nak()
+                log.info("run %s handed back: trainer stopping", spec.run_id)
+                return
+        finally:
+            heartbeat.cancel()
+            stopper.cancel()
+        await self._publish(result, msg)
+
+    def _run(self, spec: RunSpec) -> RunResult:
+        limits = self.options.default_limits.get(spec.tier) or RunLimits(time_limit_s=600)
+        if spec.time_limit_s:
+            limits = replace(limits, time_limit_s=spec.time_limit_s)
+        if spec.eval_tokens:
+            limits = replace(limits, eval_tokens=spec.eval_tokens)
+        return self.target.run(
+            spec,
+            self.options.champion_source,
+            limits,
+            self.options.scratch_dir,
+            self.options.device,
+            self.name,
+            self.options.log_dir,
+            self._cancel,
+        )
+
+    async def _publish(self, result: RunResult, msg: Msg) -> None:
+        await publish_event(self.js, result, timeout=30)  # before the ack: never lost
+        await msg.ack()
+        self.completed += 1
+        log.info(
+            "run %s: %s %s",
+            result.run_id,
+            result.status.value,
+            f"{result.metric:.4f}" if result.metric is not None else result.reason,
+        )
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(TRAINER_HEARTBEAT_S)
+            try:
+                await msg.in_progress()
+            except Exception as exc:  # a missed heartbeat only risks a redelivery
+                log.warning("heartbeat failed: %s", exc)
+
+    async def _announce(self, kind: AgentEventKind, detail: str) -> None:
+        event = AgentEvent(new_id("ev"), self.name, kind, role="trainer", detail=detail)
+        try:
+            await publish_event(self.js, event)
+        except Exception as exc:
+            log.warning("could not announce %s: %s", kind.value, exc)
