@@ -176,3 +176,10 @@ def running_swarm(tmp_path: Path, swarm_config: Path) -> Iterator[RunningSwarm]:
     swarm.wait_ready()
     yield swarm
     swarm.stop()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> object:
+    from training.corpus import load_corpus
+
+    return load_corpus(tmp_path_factory.mktemp("corpus"))

@@ -46,7 +46,7 @@ ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    address_space_bytes: int = 8 * 1024**3
+    address_space_bytes: int = 4 * 1024**3  # virtual: torch on CPU maps ~1.5 GiB at start
     file_size_bytes: int = 256 * 1024**2
     processes: int = 256  # per user, as the kernel counts them (root is exempt; seccomp is not)
 
