@@ -120,7 +120,9 @@ async def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="ledger-bench-")) / "ws"
     config = root.parent / "bench.toml"
-    config.write_text("[status]\ninterval_s = 3600\n[ledger]\nsnapshot_interval_s = 3600\n")
+    config.write_text(
+        "[status]\ninterval_s = 3600\n[ledger]\nsnapshot_interval_s = 3600\n[trainers]\ncount = 0\n"
+    )
     swarm = subprocess.Popen(
         [sys.executable, "-m", "swarm", "--workspace", str(root), "--config", str(config), "start"],
         stdout=subprocess.DEVNULL,

@@ -20,7 +20,6 @@ from swarm.output import FORMATS, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
 from swarm.start import SwarmError, bus_settings, start_swarm
 from swarm.status import COUNTS_SQL, counts_from, live_status
-from swarm.training_setup import run_once, run_worker, summary
 from swarm.workspace import Workspace
 
 EXAMPLES = """\
@@ -197,6 +196,9 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
     elif args.command == "sql":
         await _sql(args, config, workspace)
     elif args.command == "run":
+        # Imported here: torch costs ~2 s at import, and `swarm sql` should not pay it.
+        from swarm.training_setup import run_once, summary
+
         patch = args.patch.read_text() if args.patch else ""
         result = await run_once(config, workspace, args.tier, args.seed, patch, args.device)
         print(summary(result, result.metric_name))
@@ -205,6 +207,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
         if settings is None:
             raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
+        from swarm.training_setup import run_worker
+
         await run_worker(config, workspace, settings, args.tiers)
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,6 @@ from swarm.config import SwarmConfig, dump_config
 from swarm.event_loop import stop_on_signals
 from swarm.status import live_status
 from swarm.supervisor import ManagedProcess
-from swarm.training_setup import trainer_count
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,10 @@ async def start_swarm(
         workspace.clear_bus_settings()
         lock.close()
         print("swarm: stopped", file=out, flush=True)
+
+
+def trainer_count(config: SwarmConfig) -> int:
+    return (os.cpu_count() or 1) if config.trainers.count == -1 else config.trainers.count
 
 
 def _swarm_argv(workspace: Workspace, config_path: Path, *command: str) -> list[str]:

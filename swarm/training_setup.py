@@ -10,16 +10,12 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, new_id
 from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import Tier, load_tiers
-from swarm.config import SwarmConfig
+from swarm.config import ConfigError, SwarmConfig
 from swarm.event_loop import stop_on_signals
 from swarm.workspace import Workspace
 from training.runner import RunLimits
 from training.targets import BytelmTarget, CommandTarget, Target
 from training.trainer import Trainer, TrainerOptions
-
-
-class TrainingSetupError(ValueError):
-    pass
 
 
 def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
@@ -28,13 +24,13 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
         return BytelmTarget(workspace.root / "corpus", Path(t.data) if t.data else None)
     missing = [key for key in ("edit", "run", "metric") if not getattr(t, key)]
     if missing:
-        raise TrainingSetupError(
+        raise ConfigError(
             f"--target command needs {', '.join('--' + m for m in missing)} "
             "(target." + ", target.".join(missing) + " in the config)"
         )
     project = Path(t.project).resolve()
     if not (project / t.edit).is_file():
-        raise TrainingSetupError(f"--edit {t.edit}: no such file in {project}")
+        raise ConfigError(f"--edit {t.edit}: no such file in {project}")
     return CommandTarget(project, t.edit, t.run, t.metric, t.direction == "minimize")
 
 
@@ -85,7 +81,7 @@ async def run_once(
     """`swarm run`: one experiment through the same sandboxed runner the trainers use."""
     ladder = tiers(config)
     if not 0 <= tier_index < len(ladder):
-        raise TrainingSetupError(f"--tier {tier_index}: the ladder has tiers 0..{len(ladder) - 1}")
+        raise ConfigError(f"--tier {tier_index}: the ladder has tiers 0..{len(ladder) - 1}")
     tier = ladder[tier_index]
     workspace.create()
     target = make_target(config, workspace)
@@ -147,7 +143,3 @@ async def run_worker(
         await Trainer(nc, target, options).run(stop)
     finally:
         await nc.close()
-
-
-def trainer_count(config: SwarmConfig) -> int:
-    return (os.cpu_count() or 1) if config.trainers.count == -1 else config.trainers.count

@@ -20,6 +20,7 @@ from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import Idea, RunResult, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
 from bus.subjects import ensure_streams
+from ledger.service import LedgerOptions, LedgerService
 from swarm.workspace import Workspace
 
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -166,6 +167,7 @@ def swarm_config(tmp_path: Path) -> Path:
     path = tmp_path / "swarm.toml"
     path.write_text(
         "[ledger]\nsnapshot_interval_s = 0.5\nrestart_delay_s = 0.2\n[status]\ninterval_s = 0.5\n"
+        "[trainers]\ncount = 0\n"
     )
     return path
 
@@ -183,3 +185,24 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> object:
     from training.corpus import load_corpus
 
     return load_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture
+async def ledger(nc: Client, tmp_path: Path) -> AsyncIterator[LedgerService]:
+    """The ledger service in this process, on the test's nats-server, ready to answer."""
+    options = LedgerOptions(
+        db_path=tmp_path / "ledger.duckdb",
+        snapshot_dir=tmp_path / "snapshots",
+        batch_size=100,
+        snapshot_interval_s=0.3,
+        sql_row_cap=500,
+        sql_timeout_s=2,
+        max_message_bytes=64 * 1024,
+    )
+    service = LedgerService(nc, options)
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    await asyncio.wait_for(service.ready.wait(), 10)
+    yield service
+    stop.set()
+    await asyncio.wait_for(task, 10)

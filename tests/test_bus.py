@@ -126,7 +126,9 @@ def _user_password_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]
 def test_join_an_external_server_with_user_and_password(tmp_path: Path) -> None:
     server, url = _user_password_server(tmp_path)
     env = {**os.environ, "SWARM_NATS_PASSWORD": "s3cret"}
-    start = swarm_cmd(tmp_path / "ws", "start", "--nats", url, "--nats-user", "alice")
+    start = swarm_cmd(
+        tmp_path / "ws", "start", "--nats", url, "--nats-user", "alice", "--trainers", "0"
+    )
     swarm = subprocess.Popen(start, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_for(

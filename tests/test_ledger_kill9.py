@@ -40,7 +40,7 @@ def ledger_count(workspace: Path) -> int | None:
 def test_kill9_ledger_mid_ingest_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     config = tmp_path / "swarm.toml"
     # Small batches so ingest is slow enough to be killed in the middle of it.
-    config.write_text("[ledger]\nbatch_size = 100\nrestart_delay_s = 0.2\n")
+    config.write_text("[ledger]\nbatch_size = 100\nrestart_delay_s = 0.2\n[trainers]\ncount = 0\n")
     swarm = RunningSwarm(tmp_path / "ws", config)
     try:
         settings = swarm.wait_ready()

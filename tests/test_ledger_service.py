@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,30 +13,10 @@ from nats.js.errors import BadRequestError
 from bus.codec import encode
 from bus.nats_bus import publish_event
 from bus.subjects import SQL_SUBJECT
-from ledger.service import LedgerOptions, LedgerService
+from ledger.service import LedgerService
 from ledger.sql_protocol import SqlError
 from swarm.sql_client import ask_ledger
 from tests.conftest import make_idea, make_result, wait_for_async
-
-
-@pytest.fixture
-async def ledger(nc: Client, tmp_path: Path) -> AsyncIterator[LedgerService]:
-    options = LedgerOptions(
-        db_path=tmp_path / "ledger.duckdb",
-        snapshot_dir=tmp_path / "snapshots",
-        batch_size=100,
-        snapshot_interval_s=0.3,
-        sql_row_cap=500,
-        sql_timeout_s=2,
-        max_message_bytes=64 * 1024,
-    )
-    service = LedgerService(nc, options)
-    stop = asyncio.Event()
-    task = asyncio.create_task(service.run(stop))
-    await asyncio.wait_for(service.ready.wait(), 10)
-    yield service
-    stop.set()
-    await asyncio.wait_for(task, 10)
 
 
 async def count(nc: Client, table: str) -> int:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from bus.messages import BudgetKind, RunStatus
+from tests.training_helpers import edit, inject, patch_for, run
 from training.corpus import Corpus
 from training.runner import RunLimits
 from training.sandbox import Limits
-from tests.training_helpers import edit, inject, patch_for, run
 
 
 @pytest.fixture(scope="module")
@@ -55,35 +55,74 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
         (inject("hog = bytearray(64 * 1024**3)"), RunStatus.OOM, "out of memory"),
         (inject("hog = [bytearray(2**26) for _ in range(1000)]"), RunStatus.OOM, "out of memory"),
         (inject("import os\nos.fork()"), RunStatus.CRASH, "Operation not permitted"),
-        (inject("import subprocess\nsubprocess.run(['ls'])"), RunStatus.CRASH,
-         "Operation not permitted"),
-        (inject("import socket\nsocket.create_connection(('127.0.0.1', 4222), 2)"),
-         RunStatus.CRASH, "Permission"),
-        (inject("open('/tmp/swarm-escape.txt', 'w').write('x')"), RunStatus.CRASH,
-         "PermissionError"),
-        (edit("loss = F.cross_entropy(", "loss = float('nan') * F.cross_entropy("),
-         RunStatus.CRASH, "non-finite loss (nan) at step 1"),
-        (edit("    return model\n", "    return 42\n"), RunStatus.CRASH,
-         "expected a torch.nn.Module"),
-        (edit("    return model\n", "    return torch.nn.Sequential(model, torch.nn.Flatten())\n"),
-         RunStatus.CRASH, "model returned (16, 4096), expected (16, 16, 256)"),
+        (
+            inject("import subprocess\nsubprocess.run(['ls'])"),
+            RunStatus.CRASH,
+            "Operation not permitted",
+        ),
+        (
+            inject("import socket\nsocket.create_connection(('127.0.0.1', 4222), 2)"),
+            RunStatus.CRASH,
+            "Permission",
+        ),
+        (
+            inject("open('/tmp/swarm-escape.txt', 'w').write('x')"),
+            RunStatus.CRASH,
+            "PermissionError",
+        ),
+        (
+            edit("loss = F.cross_entropy(", "loss = float('nan') * F.cross_entropy("),
+            RunStatus.CRASH,
+            "non-finite loss (nan) at step 1",
+        ),
+        (
+            edit("    return model\n", "    return 42\n"),
+            RunStatus.CRASH,
+            "expected a torch.nn.Module",
+        ),
+        (
+            edit(
+                "    return model\n", "    return torch.nn.Sequential(model, torch.nn.Flatten())\n"
+            ),
+            RunStatus.CRASH,
+            "model returned (16, 4096), expected (16, 16, 256)",
+        ),
         (inject("import sys\nsys.exit(0)"), RunStatus.CRASH, "exited before its evaluation"),
         (patch_for("x = 1\n", "harness.py"), RunStatus.REFUSED, "only 'recipe.py' may change"),
-        ("--- a/recipe.py\n+++ b/recipe.py\n@@ -3,1 +3,1 @@\n-no such line\n+x\n",
-         RunStatus.REFUSED, "hunk at line 3 does not apply"),
+        (
+            "--- a/recipe.py\n+++ b/recipe.py\n@@ -3,1 +3,1 @@\n-no such line\n+x\n",
+            RunStatus.REFUSED,
+            "hunk at line 3 does not apply",
+        ),
         (edit("is_causal=True", "is_causal=False"), RunStatus.REFUSED, "non-causal model"),
     ],
-    ids=["syntax", "exception", "hang", "huge-alloc", "memory-creep", "fork", "exec", "network",
-         "write-outside", "nan", "not-a-model", "wrong-shape", "early-exit", "other-file",
-         "does-not-apply", "non-causal"],
+    ids=[
+        "syntax",
+        "exception",
+        "hang",
+        "huge-alloc",
+        "memory-creep",
+        "fork",
+        "exec",
+        "network",
+        "write-outside",
+        "nan",
+        "not-a-model",
+        "wrong-shape",
+        "early-exit",
+        "other-file",
+        "does-not-apply",
+        "non-causal",
+    ],
 )
 def test_bad_experiments_become_results(
     corpus: Corpus, tmp_path: Path, patch: str, status: RunStatus, reason: str
 ) -> None:
     # A smaller address space keeps the memory tests quick (4 GiB of zeroed pages takes long).
     memory = Limits(address_space_bytes=3 * 1024**3)
-    limits = RunLimits(time_limit_s=8 if "while True" in patch else 60, eval_tokens=512,
-                       limits=memory)
+    limits = RunLimits(
+        time_limit_s=8 if "while True" in patch else 60, eval_tokens=512, limits=memory
+    )
     result = run(corpus, tmp_path, patch, limits=limits)
     assert result.status == status, (result.reason, result.log_tail[-1500:])
     assert reason in result.reason, (result.reason, result.log_tail[-1500:])

@@ -35,12 +35,22 @@ def inject(code: str) -> str:
     return edit("def train(ctx):\n", "def train(ctx):\n" + body)
 
 
-def tiny_spec(patch: str = "", seed: int = 0, budget: float = 4096,
-              kind: BudgetKind = BudgetKind.TOKENS) -> RunSpec:
-    return RunSpec(run_id=new_id("run"), tier=0, seed=seed, champion_version=1,
-                   budget_kind=kind, budget=budget, patch=patch, dials=dict(TINY_DIALS))
+def tiny_spec(
+    patch: str = "", seed: int = 0, budget: float = 4096, kind: BudgetKind = BudgetKind.TOKENS
+) -> RunSpec:
+    return RunSpec(
+        run_id=new_id("run"),
+        tier=0,
+        seed=seed,
+        champion_version=1,
+        budget_kind=kind,
+        budget=budget,
+        patch=patch,
+        dials=dict(TINY_DIALS),
+    )
 
 
-def run(corpus: Corpus, scratch: Path, patch: str = "", limits: RunLimits = TINY_LIMITS,
-        **spec: object) -> RunResult:
+def run(
+    corpus: Corpus, scratch: Path, patch: str = "", limits: RunLimits = TINY_LIMITS, **spec: object
+) -> RunResult:
     return run_bytelm(tiny_spec(patch, **spec), CHAMPION, corpus, limits, scratch)  # type: ignore[arg-type]

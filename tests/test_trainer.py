@@ -1,0 +1,142 @@
+"""Trainers on the real work queue: results for every job, dead letters for garbage, and a
+trainer killed mid-run has its job completed elsewhere with exactly one result."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from bus.embedded_server import EmbeddedNatsServer
+from bus.messages import BudgetKind, RunStatus
+from bus.nats_bus import enqueue_run
+from bus.subjects import ensure_trainer_consumer, job_subject
+from ledger.service import LedgerService
+from swarm.sql_client import ask_ledger
+from tests.conftest import swarm_cmd, wait_for_async
+from tests.helpers_process import alive, pids_matching
+from tests.training_helpers import inject, tiny_spec
+
+LADDER = """
+[[tier]]
+name = "tiny"
+depth = 1
+width = 32
+context = 16
+budget_kind = "tokens"
+budget = 4096
+time_limit_s = 60
+eval_tokens = 512
+seeds = 1
+"""
+
+
+@pytest.fixture
+def worker_config(tmp_path: Path) -> Path:
+    (tmp_path / "ladder.toml").write_text(LADDER)
+    config = tmp_path / "worker.toml"
+    config.write_text(
+        f'[ladder]\npath = "{tmp_path / "ladder.toml"}"\n[trainers]\ndevice = "cpu"\n'
+    )
+    return config
+
+
+def start_worker(
+    server: EmbeddedNatsServer, workspace: Path, config: Path
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "SWARM_NATS_TOKEN": server.token}
+    command = swarm_cmd(workspace, "--config", str(config), "worker", "--nats", server.url)
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def rows(nc: Client, sql: str) -> list[dict[str, object]]:
+    return (await ask_ledger(nc, sql, 10)).table.to_pylist()  # type: ignore[no-any-return]
+
+
+async def test_trainer_serves_every_job_and_survives_bad_ones(
+    nc: Client,
+    ledger: LedgerService,
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    worker_config: Path,
+) -> None:
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    specs = [tiny_spec(inject("1 / 0")), tiny_spec("not a patch"), tiny_spec()]
+    for spec in specs:
+        await enqueue_run(js, spec)
+    await js.publish(job_subject(0), b"{garbage")
+    worker = start_worker(nats_server, tmp_path / "ws", worker_config)
+    try:
+
+        async def done() -> bool:
+            return len(await rows(nc, "select run_id from runs")) == 3
+
+        await wait_for_async(done, 90, 0.5)
+        results = {r["run_id"]: r for r in await rows(nc, "select * from runs")}
+        assert results[specs[0].run_id]["status"] == RunStatus.CRASH
+        assert "ZeroDivisionError" in str(results[specs[0].run_id]["reason"])
+        assert results[specs[1].run_id]["status"] == RunStatus.REFUSED
+        assert results[specs[2].run_id]["status"] == RunStatus.OK
+
+        async def lettered() -> bool:
+            return len(await rows(nc, "select * from dead_letters where consumer='trainer'")) == 1
+
+        await wait_for_async(lettered, 10)
+        agents = await rows(nc, "select role, last_event from agents")
+        assert agents == [{"role": "trainer", "last_event": "JOINED"}]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+    assert worker.returncode == 0
+
+
+async def test_killed_trainer_job_is_completed_elsewhere_exactly_once(
+    nc: Client,
+    ledger: LedgerService,
+    nats_server: EmbeddedNatsServer,
+    tmp_path: Path,
+    worker_config: Path,
+) -> None:
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    spec = tiny_spec(budget=6.0, kind=BudgetKind.SECONDS)
+    await enqueue_run(js, spec)
+    first = start_worker(nats_server, tmp_path / "ws", worker_config)
+    second = None
+    try:
+
+        async def running() -> bool:
+            return bool(pids_matching("training.harness_child"))
+
+        await wait_for_async(running, 60, 0.2)
+        await asyncio.sleep(1.0)  # mid-run
+        (experiment,) = pids_matching("training.harness_child")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        deadline = asyncio.get_running_loop().time() + 10
+        while alive(experiment) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        assert not alive(experiment), "the experiment outlived its trainer"
+        assert await rows(nc, "select * from runs") == []
+
+        second = start_worker(nats_server, tmp_path / "ws2", worker_config)
+
+        async def finished() -> bool:
+            return len(await rows(nc, "select run_id from runs")) == 1
+
+        await wait_for_async(finished, 90, 0.5)  # after the job's ack_wait, on the second trainer
+        await asyncio.sleep(2)
+        (result,) = await rows(nc, f"select * from runs where run_id = '{spec.run_id}'")
+        assert result["status"] == RunStatus.OK, result["reason"]
+        assert len(await rows(nc, "select * from runs")) == 1
+    finally:
+        for worker in (first, second):
+            if worker is not None and worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(30)
