@@ -122,6 +122,8 @@ class RunResult:
     steps: int = 0
     tokens: int = 0
     train_seconds: float = 0.0
+    startup_seconds: float = 0.0  # experiment start to first batch (outside the budget)
+    eval_seconds: float = 0.0  # last batch to metric computed
     flops: float = 0.0
     peak_mem_mb: float = 0.0
     device: str = ""

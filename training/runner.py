@@ -56,12 +56,24 @@ class _Stop(Exception):
 
 @dataclass
 class _Progress:
+    spawned: float = field(default_factory=time.monotonic)
+    evaluated: float | None = None
     steps: int = 0
     tokens: int = 0
     started: float | None = None
     ended: float | None = None
     parameters: int = 0
     peak_mem_mb: float = 0.0
+
+    @property
+    def startup_seconds(self) -> float:
+        return 0.0 if self.started is None else self.started - self.spawned
+
+    @property
+    def eval_seconds(self) -> float:
+        if self.evaluated is None or self.ended is None:
+            return 0.0
+        return self.evaluated - self.ended
 
     @property
     def train_seconds(self) -> float:
@@ -123,6 +135,8 @@ def run_bytelm(
         steps=progress.steps,
         tokens=progress.tokens,
         train_seconds=round(progress.train_seconds, 3),
+        startup_seconds=round(progress.startup_seconds, 3),
+        eval_seconds=round(progress.eval_seconds, 3),
         flops=6.0 * progress.parameters * progress.tokens,
         peak_mem_mb=progress.peak_mem_mb,
         log_tail=tail,
@@ -235,7 +249,9 @@ class _Session:
                 if batch_index == len(evaluation.batches):
                     p.write_all(self.resp, p.EVAL_ANSWER.pack(0, 0))
                     try:
-                        return evaluation.finish()
+                        metric = evaluation.finish()
+                        self.progress.evaluated = time.monotonic()
+                        return metric
                     except NonCausalModel as exc:
                         raise _Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
                 windows = evaluation.batches[batch_index]
