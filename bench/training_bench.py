@@ -36,8 +36,13 @@ CACHE = Path(tempfile.gettempdir()) / "swarm-bench-corpus"
 def one_run(tier: Tier, seed: int) -> RunResult:
     corpus = load_corpus(CACHE)
     spec = RunSpec(
-        run_id=new_id("bench"), tier=tier.index, seed=seed, champion_version=1,
-        budget_kind=tier.budget_kind, budget=tier.budget, dials=tier.dials,
+        run_id=new_id("bench"),
+        tier=tier.index,
+        seed=seed,
+        champion_version=1,
+        budget_kind=tier.budget_kind,
+        budget=tier.budget,
+        dials=tier.dials,
     )
     limits = RunLimits(time_limit_s=tier.time_limit_s, eval_tokens=tier.eval_tokens)
     with tempfile.TemporaryDirectory() as scratch:
@@ -63,10 +68,14 @@ def main() -> None:
     started = time.time()
     with ProcessPoolExecutor(args.parallel) as pool:
         results = list(pool.map(one_run, *zip(*jobs, strict=True)))
-    print(f"training bench: {len(jobs)} runs, {args.parallel} at a time, "
-          f"{time.time() - started:.0f} s, {time.strftime('%Y-%m-%d')}")
-    header = (f"{'tier':<5}{'dials d/w/ctx':>14}{'budget':>16}{'steps/s':>9}{'tokens/s':>10}"
-              f"{'val_bpb mean':>13}{'std':>8}{'n':>3}{'start s':>9}{'eval s':>8}")
+    print(
+        f"training bench: {len(jobs)} runs, {args.parallel} at a time, "
+        f"{time.time() - started:.0f} s, {time.strftime('%Y-%m-%d')}"
+    )
+    header = (
+        f"{'tier':<5}{'dials d/w/ctx':>14}{'budget':>16}{'steps/s':>9}{'tokens/s':>10}"
+        f"{'val_bpb mean':>13}{'std':>8}{'n':>3}{'start s':>9}{'eval s':>8}"
+    )
     print(header)
     for tier in tiers:
         rows = [r for r in results if r.tier == tier.index]
@@ -82,15 +91,19 @@ def main() -> None:
         std = statistics.stdev(metrics) if len(metrics) > 1 else float("nan")
         budget = f"{tier.budget:g} {tier.budget_kind.value}"
         dials = f"{tier.depth}/{tier.width}/{tier.context}"
-        print(f"{tier.index:<5}{dials:>14}{budget:>16}{steps:>9.1f}{tokens:>10.0f}"
-              f"{statistics.mean(metrics):>13.4f}{std:>8.4f}{len(ok):>3}"
-              f"{statistics.median(r.startup_seconds for r in ok):>9.2f}"
-              f"{statistics.median(r.eval_seconds for r in ok):>8.2f}")
+        print(
+            f"{tier.index:<5}{dials:>14}{budget:>16}{steps:>9.1f}{tokens:>10.0f}"
+            f"{statistics.mean(metrics):>13.4f}{std:>8.4f}{len(ok):>3}"
+            f"{statistics.median(r.startup_seconds for r in ok):>9.2f}"
+            f"{statistics.median(r.eval_seconds for r in ok):>8.2f}"
+        )
     tier0 = [r for r in results if r.tier == 0 and r.metric is not None]
     if tier0:
         overhead = statistics.median(r.startup_seconds + r.eval_seconds for r in tier0)
-        print(f"runner overhead at tier 0: {overhead:.2f} s = {100 * overhead / 20:.1f}% of a "
-              "20-second run (start-up + evaluation; publishing a result adds ~1 ms)")
+        print(
+            f"runner overhead at tier 0: {overhead:.2f} s = {100 * overhead / 20:.1f}% of a "
+            "20-second run (start-up + evaluation; publishing a result adds ~1 ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from bus.subjects import ensure_trainer_consumer, job_subject
 from ledger.service import LedgerService
 from swarm.sql_client import ask_ledger
 from tests.conftest import swarm_cmd, wait_for_async
-from tests.helpers_process import alive, pids_matching
+from tests.helpers_process import alive, descendants
 from tests.training_helpers import inject, tiny_spec
 
 LADDER = """
@@ -111,18 +111,18 @@ async def test_killed_trainer_job_is_completed_elsewhere_exactly_once(
     second = None
     try:
 
-        async def running() -> bool:
-            return bool(pids_matching("training.harness_child"))
+        async def running() -> bool:  # the trainer's fork server has forked an experiment
+            return len(descendants(first.pid)) >= 2
 
         await wait_for_async(running, 60, 0.2)
         await asyncio.sleep(1.0)  # mid-run
-        (experiment,) = pids_matching("training.harness_child")
+        below = descendants(first.pid)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         deadline = asyncio.get_running_loop().time() + 10
-        while alive(experiment) and asyncio.get_running_loop().time() < deadline:
+        while any(map(alive, below)) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
-        assert not alive(experiment), "the experiment outlived its trainer"
+        assert not any(map(alive, below)), "the experiment outlived its trainer"
         assert await rows(nc, "select * from runs") == []
 
         second = start_worker(nats_server, tmp_path / "ws2", worker_config)

@@ -89,7 +89,16 @@ def _evaluate(model: Any, req: int, resp: int) -> None:
 
 
 def main() -> None:
-    config = json.loads(sys.argv[1])
+    if sys.argv[1] == "--zygote":
+        from training import zygote
+
+        zygote.serve(int(sys.argv[2]))
+    else:
+        run_experiment(json.loads(sys.argv[1]))
+
+
+def run_experiment(config: dict[str, Any]) -> None:
+    """Confine this process, then train and evaluate the recipe; exits through sys.exit."""
     req, resp = config["req_fd"], config["resp_fd"]
     import torch
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from training.corpus import Corpus
 from training.evaluator import Evaluation, NonCausalModel
 from training.patching import PatchRefused, apply
 from training.sandbox import Limits, scrubbed_env, set_rlimits
+from training.zygote import Zygote, ZygoteGone
 
 LOG_TAIL_CHARS = 4000
 
@@ -167,18 +169,9 @@ def _experiment(
         "resp_fd": resp_r,
     }
     log_path = scratch / "experiment.log"
+    env = scrubbed_env(scratch, {}, cpu=not device.startswith("cuda"))
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "training.harness_child", json.dumps(config)],
-            cwd=scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=scrubbed_env(scratch, {}, cpu=not device.startswith("cuda")),
-            pass_fds=(req_w, resp_r),
-            start_new_session=True,
-            preexec_fn=lambda: set_rlimits(limits.limits),
-        )
+        process = _start(config, env, limits, (req_w, resp_r, log.fileno()))
     os.close(req_w)
     os.close(resp_r)
     session = _Session(spec, corpus, limits, process, req_r, resp_w, progress, cancel)
@@ -198,9 +191,64 @@ def _experiment(
     except subprocess.TimeoutExpired:
         return RunStatus.TIMEOUT, _timeout_reason(spec, limits), None
     finally:
-        kill_group(process)
+        process.kill()
         os.close(req_r)
         os.close(resp_w)
+
+
+class _Experiment:
+    """The experiment process, started fresh or forked by the zygote: pid, wait, kill."""
+
+    def __init__(self, pid: int, wait: Callable[[float], int]) -> None:
+        self.pid = pid
+        self._wait = wait
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float) -> int:
+        if self.returncode is None:
+            self.returncode = self._wait(timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired, ZygoteGone):
+            self.wait(10)
+
+
+_zygotes: dict[str, Zygote] = {}
+_zygote_lock = threading.Lock()
+
+
+def _start(
+    config: dict[str, Any], env: dict[str, str], limits: RunLimits, fds: tuple[int, int, int]
+) -> _Experiment:
+    """Fork from the device's zygote (torch already imported); start afresh if it fails."""
+    device = config["device"]
+    with _zygote_lock:
+        zygote = _zygotes.get(device)
+        if zygote is None or not zygote.alive:
+            zygote = _zygotes[device] = Zygote(device)
+    try:
+        pid = zygote.spawn(
+            {k: v for k, v in config.items() if not k.endswith("_fd")}, env, limits.limits, fds
+        )
+        return _Experiment(pid, lambda timeout: zygote.wait(pid, timeout))
+    except ZygoteGone:
+        _zygotes.pop(device, None)
+    req_w, resp_r, log = fds
+    process = subprocess.Popen(
+        [sys.executable, "-m", "training.harness_child", json.dumps(config)],
+        cwd=config["scratch"],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        pass_fds=(req_w, resp_r),
+        start_new_session=True,
+        preexec_fn=lambda: set_rlimits(limits.limits),
+    )
+    return _Experiment(process.pid, lambda timeout: process.wait(timeout))
 
 
 @dataclass
@@ -210,7 +258,7 @@ class _Session:
     spec: RunSpec
     corpus: Corpus
     limits: RunLimits
-    process: subprocess.Popen[bytes]
+    process: _Experiment
     req: int
     resp: int
     progress: _Progress

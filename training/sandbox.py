@@ -51,21 +51,25 @@ class Limits:
     processes: int = 256  # per user, as the kernel counts them (root is exempt; seccomp is not)
 
 
-def set_rlimits(limits: Limits) -> None:
-    """preexec_fn: runs in the child between fork and exec. The child also dies with its
-    runner (a trainer killed by SIGKILL must not leave its experiment running)."""
+def die_with_parent() -> None:
+    """A trainer killed by SIGKILL must not leave its experiment (or fork server) running."""
     ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+
+
+def set_rlimits(limits: Limits) -> None:
+    """preexec_fn (between fork and exec), or in a fork of the zygote."""
+    die_with_parent()
     resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2)
     resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def scrubbed_env(scratch: Path, extra: dict[str, str], cpu: bool) -> dict[str, str]:
+def scrubbed_env(scratch: Path | None, extra: dict[str, str], cpu: bool) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_ALLOWED if k in os.environ}
-    env.update(
-        HOME=str(scratch), TMPDIR=str(scratch), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1"
-    )
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    if scratch is not None:
+        env.update(HOME=str(scratch), TMPDIR=str(scratch))
     if cpu:  # one thread per trainer on CPU: more only oversubscribes the cores
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     env.update(extra)
