@@ -18,6 +18,8 @@ format:
 # Short forms of every benchmark (minutes); long forms are documented in README.md.
 bench:
 	$(PY) bench/ledger_bench.py --events 100000
+	$(PY) bench/training_bench.py --seeds 2 --scale 0.2
 
 bench-long:
 	$(PY) bench/ledger_bench.py --events 1000000
+	$(PY) bench/training_bench.py --seeds 5

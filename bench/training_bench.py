@@ -24,29 +24,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bus.messages import BudgetKind, RunResult, RunSpec, new_id  # noqa: E402
+from bus.messages import BudgetKind, RunResult  # noqa: E402
 from scale_ladder.tiers import Tier, load_tiers  # noqa: E402
+from swarm.training_setup import limits_for, run_spec  # noqa: E402
 from training.corpus import load_corpus  # noqa: E402
-from training.runner import RunLimits, run_bytelm  # noqa: E402
+from training.runner import run_bytelm  # noqa: E402
 from training.targets import RECIPE  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "swarm-bench-corpus"
 
 
 def one_run(tier: Tier, seed: int) -> RunResult:
-    corpus = load_corpus(CACHE)
-    spec = RunSpec(
-        run_id=new_id("bench"),
-        tier=tier.index,
-        seed=seed,
-        champion_version=1,
-        budget_kind=tier.budget_kind,
-        budget=tier.budget,
-        dials=tier.dials,
-    )
-    limits = RunLimits(time_limit_s=tier.time_limit_s, eval_tokens=tier.eval_tokens)
     with tempfile.TemporaryDirectory() as scratch:
-        return run_bytelm(spec, RECIPE.read_text(), corpus, limits, Path(scratch))
+        return run_bytelm(
+            run_spec(tier, seed),
+            RECIPE.read_text(),
+            load_corpus(CACHE),
+            limits_for(tier),
+            Path(scratch),
+        )
 
 
 def main() -> None:

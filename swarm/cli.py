@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from bus.embedded_server import NatsServerError
 from bus.messages import RunStatus
@@ -121,38 +122,40 @@ def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
+    """The config file, then the flags a subcommand was given (flags it lacks count as unset)."""
+
+    def flag(name: str) -> Any:
+        return getattr(args, name, None)
+
     config = load_config(args.config)
     config = with_overrides(config, "workspace", path=_opt_str(args.workspace))
-    if getattr(args, "nats", None) is not None or "SWARM_NATS_TOKEN" in os.environ:
-        config = with_overrides(
-            config,
-            "bus",
-            url=args.nats,
-            user=args.nats_user,
-            creds_file=args.nats_creds,
-            tls_ca=args.tls_ca,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            # Secrets from the environment only: a command line is visible to every user.
-            token=os.environ.get("SWARM_NATS_TOKEN"),
-            password=os.environ.get("SWARM_NATS_PASSWORD"),
-        )
-    if getattr(args, "target", None) is not None or getattr(args, "data", None) is not None:
-        config = with_overrides(
-            config,
-            "target",
-            kind=args.target,
-            data=args.data,
-            project=args.project,
-            edit=args.edit,
-            run=args.run_command,
-            metric=args.metric,
-            direction="maximize" if args.maximize else None,
-        )
-    if getattr(args, "trainers", None) is not None:
-        config = with_overrides(config, "trainers", count=args.trainers)
-    if getattr(args, "device", None) is not None and args.command == "worker":
-        config = with_overrides(config, "trainers", device=args.device)
+    config = with_overrides(
+        config,
+        "bus",
+        url=flag("nats"),
+        user=flag("nats_user"),
+        creds_file=flag("nats_creds"),
+        tls_ca=flag("tls_ca"),
+        tls_cert=flag("tls_cert"),
+        tls_key=flag("tls_key"),
+        # Secrets from the environment only: a command line is visible to every user.
+        token=os.environ.get("SWARM_NATS_TOKEN"),
+        password=os.environ.get("SWARM_NATS_PASSWORD"),
+    )
+    config = with_overrides(
+        config,
+        "target",
+        kind=flag("target"),
+        data=flag("data"),
+        project=flag("project"),
+        edit=flag("edit"),
+        run=flag("run_command"),
+        metric=flag("metric"),
+        direction="maximize" if flag("maximize") else None,
+    )
+    config = with_overrides(config, "trainers", count=flag("trainers"))
+    if args.command == "worker":
+        config = with_overrides(config, "trainers", device=flag("device"))
     # Absolute paths, so child processes and later reads agree whatever their directory.
     config = with_overrides(config, "ladder", path=str(Path(config.ladder.path).resolve()))
     t = config.target

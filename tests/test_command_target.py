@@ -9,6 +9,7 @@ import pytest
 
 from bus.messages import BudgetKind, RunSpec, RunStatus, new_id
 from tests.conftest import run_swarm
+from tests.training_helpers import TINY_LADDER
 from training.runner import RunLimits
 from training.targets import CommandTarget
 
@@ -95,19 +96,6 @@ def test_patch_touching_another_file_is_refused(project: Path) -> None:
     bad = "--- a/README\n+++ b/README\n@@ -1 +1 @@\n-not copied into the metric\n+x\n"
     result = run(project, "python3 train.py", bad)
     assert result.status == RunStatus.REFUSED  # type: ignore[attr-defined]
-
-
-TINY_LADDER = """[[tier]]
-name = "tiny"
-depth = 1
-width = 32
-context = 16
-budget_kind = "tokens"
-budget = 4096
-time_limit_s = 60
-eval_tokens = 512
-seeds = 1
-"""
 
 
 def test_swarm_run_prints_a_greppable_summary(tmp_path: Path) -> None:

@@ -20,25 +20,12 @@ from ledger.service import LedgerService
 from swarm.sql_client import ask_ledger
 from tests.conftest import swarm_cmd, wait_for_async
 from tests.helpers_process import alive, descendants
-from tests.training_helpers import inject, tiny_spec
-
-LADDER = """
-[[tier]]
-name = "tiny"
-depth = 1
-width = 32
-context = 16
-budget_kind = "tokens"
-budget = 4096
-time_limit_s = 60
-eval_tokens = 512
-seeds = 1
-"""
+from tests.training_helpers import TINY_LADDER, inject, tiny_spec
 
 
 @pytest.fixture
 def worker_config(tmp_path: Path) -> Path:
-    (tmp_path / "ladder.toml").write_text(LADDER)
+    (tmp_path / "ladder.toml").write_text(TINY_LADDER)
     config = tmp_path / "worker.toml"
     config.write_text(
         f'[ladder]\npath = "{tmp_path / "ladder.toml"}"\n[trainers]\ndevice = "cpu"\n'

@@ -54,3 +54,16 @@ def run(
     corpus: Corpus, scratch: Path, patch: str = "", limits: RunLimits = TINY_LIMITS, **spec: object
 ) -> RunResult:
     return run_bytelm(tiny_spec(patch, **spec), CHAMPION, corpus, limits, scratch)  # type: ignore[arg-type]
+
+
+TINY_LADDER = """[[tier]]
+name = "tiny"
+depth = 1
+width = 32
+context = 16
+budget_kind = "tokens"
+budget = 4096
+time_limit_s = 60
+eval_tokens = 512
+seeds = 1
+"""
