@@ -8,21 +8,16 @@ memory exhaustion, a refused patch, a non-causal model — into a RunResult with
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import select
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -31,10 +26,9 @@ from training import protocol as p
 from training.corpus import Corpus
 from training.evaluator import Evaluation, NonCausalModel
 from training.patching import PatchRefused, apply
-from training.sandbox import Limits, scrubbed_env, set_rlimits
-from training.zygote import Zygote, ZygoteGone
-
-LOG_TAIL_CHARS = 4000
+from training.process_outcome import exit_status, log_tail, peak_rss_mb, result_fields
+from training.sandbox import Limits, scrubbed_env
+from training.zygote import Experiment, start_experiment
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,18 +91,7 @@ def run_bytelm(
 ) -> RunResult:
     """Run one bytelm experiment; never raises for anything the experiment does (only
     Cancelled, when `cancel` is set by a trainer shutting down)."""
-    started_at = time.time()
-    base: dict[str, Any] = {
-        "run_id": spec.run_id,
-        "tier": spec.tier,
-        "seed": spec.seed,
-        "champion_version": spec.champion_version,
-        "idea_id": spec.idea_id,
-        "device": device,
-        "trainer": trainer,
-        "corpus_hash": corpus.corpus_hash,
-        "started_at": started_at,
-    }
+    base = result_fields(spec, device, trainer, corpus_hash=corpus.corpus_hash)
     try:
         source = apply(recipe, spec.patch, "recipe.py") if spec.patch else recipe
     except PatchRefused as exc:
@@ -171,7 +154,7 @@ def _experiment(
     log_path = scratch / "experiment.log"
     env = scrubbed_env(scratch, {}, cpu=not device.startswith("cuda"))
     with open(log_path, "wb") as log:
-        process = _start(config, env, limits, (req_w, resp_r, log.fileno()))
+        process = start_experiment(config, env, limits.limits, (req_w, resp_r, log.fileno()))
     os.close(req_w)
     os.close(resp_r)
     session = _Session(spec, corpus, limits, process, req_r, resp_w, progress, cancel)
@@ -196,61 +179,6 @@ def _experiment(
         os.close(resp_w)
 
 
-class _Experiment:
-    """The experiment process, started fresh or forked by the zygote: pid, wait, kill."""
-
-    def __init__(self, pid: int, wait: Callable[[float], int]) -> None:
-        self.pid = pid
-        self._wait = wait
-        self.returncode: int | None = None
-
-    def wait(self, timeout: float) -> int:
-        if self.returncode is None:
-            self.returncode = self._wait(timeout)
-        return self.returncode
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired, ZygoteGone):
-            self.wait(10)
-
-
-_zygotes: dict[str, Zygote] = {}
-_zygote_lock = threading.Lock()
-
-
-def _start(
-    config: dict[str, Any], env: dict[str, str], limits: RunLimits, fds: tuple[int, int, int]
-) -> _Experiment:
-    """Fork from the device's zygote (torch already imported); start afresh if it fails."""
-    device = config["device"]
-    with _zygote_lock:
-        zygote = _zygotes.get(device)
-        if zygote is None or not zygote.alive:
-            zygote = _zygotes[device] = Zygote(device)
-    try:
-        pid = zygote.spawn(
-            {k: v for k, v in config.items() if not k.endswith("_fd")}, env, limits.limits, fds
-        )
-        return _Experiment(pid, lambda timeout: zygote.wait(pid, timeout))
-    except ZygoteGone:
-        _zygotes.pop(device, None)
-    req_w, resp_r, log = fds
-    process = subprocess.Popen(
-        [sys.executable, "-m", "training.harness_child", json.dumps(config)],
-        cwd=config["scratch"],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        pass_fds=(req_w, resp_r),
-        start_new_session=True,
-        preexec_fn=lambda: set_rlimits(limits.limits),
-    )
-    return _Experiment(process.pid, lambda timeout: process.wait(timeout))
-
-
 @dataclass
 class _Session:
     """The runner's side of one experiment's pipe protocol."""
@@ -258,7 +186,7 @@ class _Session:
     spec: RunSpec
     corpus: Corpus
     limits: RunLimits
-    process: _Experiment
+    process: Experiment
     req: int
     resp: int
     progress: _Progress
@@ -291,7 +219,7 @@ class _Session:
             elif kind == b"E":
                 if evaluation is None:
                     self.progress.ended = self.progress.ended or time.monotonic()
-                    self.progress.peak_mem_mb = _peak_rss_mb(self.process.pid)
+                    self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)
                     context = self.spec.dials["context"]
                     evaluation = Evaluation(self.corpus.val, context, self.limits.eval_tokens)
                 if batch_index == len(evaluation.batches):
@@ -360,45 +288,3 @@ def _timeout_reason(spec: RunSpec, limits: RunLimits) -> str:
         f"exceeded the wall-clock limit of {limits.time_limit_s:g}s "
         f"(budget {spec.budget:g} {spec.budget_kind.value})"
     )
-
-
-def exit_status(code: int, log_path: Path) -> tuple[RunStatus, str]:
-    text = log_tail(log_path) if log_path.is_file() else ""
-    last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
-    if code < 0:
-        sig = signal.Signals(-code).name
-        if -code == signal.SIGKILL:
-            return RunStatus.OOM, f"killed by {sig} (the kernel's out-of-memory killer?)"
-        if -code == signal.SIGXFSZ:
-            return RunStatus.CRASH, "file size limit exceeded (SIGXFSZ)"
-        return RunStatus.CRASH, f"killed by {sig}"
-    oom_marks = ("MemoryError", "can't allocate memory", "out of memory", "Cannot allocate memory")
-    if any(mark in text for mark in oom_marks):
-        return RunStatus.OOM, f"out of memory: {last[:300]}"
-    return RunStatus.CRASH, f"exit code {code}: {last[:300]}" if last else f"exit code {code}"
-
-
-def _peak_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return 0.0
-
-
-def kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-def log_tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - LOG_TAIL_CHARS))
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""

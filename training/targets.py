@@ -19,12 +19,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from bus.messages import RunResult, RunSpec, RunStatus
 from training import runner
 from training.corpus import load_corpus
 from training.patching import PatchRefused, apply
+from training.process_outcome import exit_status, kill_group, log_tail, result_fields
 from training.sandbox import restrict_filesystem, scrubbed_env, set_rlimits
 
 RECIPE = Path(__file__).parent / "recipes" / "bytelm.py"
@@ -104,17 +105,7 @@ class CommandTarget:
         log_dir: Path | None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
-        base: dict[str, Any] = {
-            "run_id": spec.run_id,
-            "tier": spec.tier,
-            "seed": spec.seed,
-            "champion_version": spec.champion_version,
-            "idea_id": spec.idea_id,
-            "metric_name": self.metric_name,
-            "device": device,
-            "trainer": trainer,
-            "started_at": time.time(),
-        }
+        base = result_fields(spec, device, trainer, metric_name=self.metric_name)
         try:
             patched = apply(source, spec.patch, self.editable) if spec.patch else source
         except PatchRefused as exc:
@@ -188,14 +179,14 @@ class CommandTarget:
                         reason,
                         None,
                         limits.time_limit_s,
-                        runner.log_tail(log),
+                        log_tail(log),
                     )
                 time.sleep(0.1)
         finally:
-            runner.kill_group(process)
-        seconds, tail = time.monotonic() - started, runner.log_tail(log)
+            kill_group(process)
+        seconds, tail = time.monotonic() - started, log_tail(log)
         if code != 0:
-            status, reason = runner.exit_status(code, log)
+            status, reason = exit_status(code, log)
             return status, reason, None, seconds, tail
         metric = parse_metric(log.read_text(errors="replace"), self.metric_name)
         if metric is None:

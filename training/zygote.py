@@ -11,6 +11,7 @@ reports each fork's pid and, when it ends, its exit status.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from training.sandbox import Limits, die_with_parent, scrubbed_env, set_rlimits
@@ -166,3 +168,61 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+# --- starting an experiment -----------------------------------------------------------------
+
+
+class Experiment:
+    """The experiment process, started fresh or forked by the zygote: pid, wait, kill."""
+
+    def __init__(self, pid: int, wait: Callable[[float], int]) -> None:
+        self.pid = pid
+        self._wait = wait
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float) -> int:
+        if self.returncode is None:
+            self.returncode = self._wait(timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired, ZygoteGone):
+            self.wait(10)
+
+
+_zygotes: dict[str, Zygote] = {}
+_zygote_lock = threading.Lock()
+
+
+def start_experiment(
+    config: dict[str, Any], env: dict[str, str], limits: Limits, fds: tuple[int, int, int]
+) -> Experiment:
+    """Fork from the device's zygote (torch already imported); start afresh if it fails."""
+    device = config["device"]
+    with _zygote_lock:
+        zygote = _zygotes.get(device)
+        if zygote is None or not zygote.alive:
+            zygote = _zygotes[device] = Zygote(device)
+    try:
+        pid = zygote.spawn(
+            {k: v for k, v in config.items() if not k.endswith("_fd")}, env, limits, fds
+        )
+        return Experiment(pid, lambda timeout: zygote.wait(pid, timeout))
+    except ZygoteGone:
+        _zygotes.pop(device, None)
+    req_w, resp_r, log = fds
+    process = subprocess.Popen(
+        [sys.executable, "-m", "training.harness_child", json.dumps(config)],
+        cwd=config["scratch"],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        pass_fds=(req_w, resp_r),
+        start_new_session=True,
+        preexec_fn=lambda: set_rlimits(limits),
+    )
+    return Experiment(process.pid, lambda timeout: process.wait(timeout))
