@@ -51,7 +51,7 @@ def message_strategy(cls: type[Message]) -> st.SearchStrategy[Message]:
 ANY_MESSAGE = st.one_of(*[message_strategy(cls) for cls in MESSAGE_TYPES.values()])
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(ANY_MESSAGE)
 def test_every_message_round_trips(message: Message) -> None:
     assert decode(encode(message)) == message
@@ -122,7 +122,7 @@ def test_enum_values_travel_as_their_names() -> None:
     assert data["v"] == SCHEMA_VERSION
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300) | JSON_VALUES.map(lambda v: json.dumps(v).encode()))
 def test_arbitrary_bytes_never_raise_anything_but_codec_error(raw: bytes) -> None:
     try:
