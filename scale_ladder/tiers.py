@@ -1,8 +1,8 @@
 """The tiers of the scale ladder, from `configs/ladder.toml`, validated at load.
 
 A tier names few dials (depth, width, context) and derives the rest in the recipe, a budget in
-tokens or seconds, the hard wall-clock limit of one experiment, and how many held-out bytes the
-evaluator scores. Promotion rules per tier arrive with the ladder.
+tokens or seconds, the hard wall-clock limit of one experiment, how many held-out bytes the
+evaluator scores, and its promotion rule (see rules.py; keys default to PromotionRule's).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.messages import BudgetKind
+from scale_ladder.rules import PromotionRule
 
 DEFAULT_LADDER = Path("configs/ladder.toml")
 
@@ -33,6 +34,7 @@ class Tier:
     time_limit_s: float
     eval_tokens: int
     seeds: int
+    rule: PromotionRule
 
     @property
     def dials(self) -> dict[str, int]:
@@ -49,6 +51,16 @@ _FIELDS: dict[str, type] = {
     "time_limit_s": float,
     "eval_tokens": int,
     "seeds": int,
+}
+
+
+# Promotion keys are optional; their defaults are PromotionRule's.
+_RULE_FIELDS: dict[str, type] = {
+    "min_improvement": float,
+    "sigmas": float,
+    "top_fraction": float,
+    "cold_start": int,
+    "max_seeds": int,
 }
 
 
@@ -76,23 +88,39 @@ def _tier(index: int, raw: Any, path: Path) -> Tier:
     if not isinstance(raw, dict):
         raise LadderConfigError(f"{where} must be a table")
     for key in raw:
-        if key not in _FIELDS:
-            raise LadderConfigError(f"{where}: unknown key {key}; known: {', '.join(_FIELDS)}")
+        if key not in _FIELDS and key not in _RULE_FIELDS:
+            known = ", ".join([*_FIELDS, *_RULE_FIELDS])
+            raise LadderConfigError(f"{where}: unknown key {key}; known: {known}")
     values: dict[str, Any] = {}
     for key, kind in _FIELDS.items():
         if key not in raw:
             raise LadderConfigError(f"{where}: missing key {key}")
-        value = raw[key]
-        ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
-        if not ok or isinstance(value, bool):
-            raise LadderConfigError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
-        if kind in (int, float) and value <= 0:
-            raise LadderConfigError(f"{where}.{key} must be positive, got {value!r}")
-        values[key] = float(value) if kind is float else value
+        values[key] = _value(where, key, kind, raw[key], positive=True)
+    rule_values = {
+        key: _value(where, key, kind, raw[key], positive=key not in ("top_fraction",))
+        for key, kind in _RULE_FIELDS.items()
+        if key in raw
+    }
+    rule = PromotionRule(seeds=values["seeds"], **rule_values)
+    if rule.max_seeds < rule.seeds:
+        raise LadderConfigError(
+            f"{where}.max_seeds ({rule.max_seeds}) is below seeds ({rule.seeds})"
+        )
+    if not 0 <= rule.top_fraction < 1:
+        raise LadderConfigError(f"{where}.top_fraction must be in [0, 1), got {rule.top_fraction}")
     try:
         values["budget_kind"] = BudgetKind(values["budget_kind"])
     except ValueError:
         raise LadderConfigError(f"{where}.budget_kind must be 'tokens' or 'seconds'") from None
     if values["width"] % 32:
         raise LadderConfigError(f"{where}.width must be a multiple of 32 (the head size)")
-    return Tier(index=index, **values)
+    return Tier(index=index, rule=rule, **values)
+
+
+def _value(where: str, key: str, kind: type, value: Any, positive: bool) -> Any:
+    ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+    if not ok or isinstance(value, bool):
+        raise LadderConfigError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
+    if positive and kind in (int, float) and value <= 0:
+        raise LadderConfigError(f"{where}.{key} must be positive, got {value!r}")
+    return float(value) if kind is float else value

@@ -127,3 +127,25 @@ def test_metric_parsing_takes_the_last_finite_value() -> None:
     assert parse_metric(output, "val_loss") == 1.25
     assert parse_metric("val_loss: nan\n", "val_loss") is None
     assert parse_metric("no metric here", "val_loss") is None
+
+
+def test_promotion_keys_are_optional_and_checked(tmp_path: Path) -> None:
+    base = (
+        "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+        "time_limit_s=1\neval_tokens=1\nseeds=2\n"
+    )
+    path = tmp_path / "ladder.toml"
+    path.write_text(base)
+    (tier,) = load_tiers(path)
+    assert tier.rule.seeds == 2 and tier.rule.sigmas == 2.0
+    path.write_text(base + "sigmas = 3\ntop_fraction = 0.25\n")
+    (tier,) = load_tiers(path)
+    assert tier.rule.sigmas == 3.0 and tier.rule.top_fraction == 0.25
+    for extra, reason in [
+        ("max_seeds = 1\n", "max_seeds .1. is below seeds .2."),
+        ("top_fraction = 1.5\n", "top_fraction must be in"),
+        ("sigmas = 'two'\n", "sigmas must be float"),
+    ]:
+        path.write_text(base + extra)
+        with pytest.raises(LadderConfigError, match=reason):
+            load_tiers(path)

@@ -1,0 +1,136 @@
+"""Promotion verdicts as pure functions of the evidence, so a restarted ladder decides the same.
+
+An idea is compared with the champion's baseline at the same tier on the same seeds (paired):
+d_i = baseline_i − idea_i for a lower-is-better metric (the sign flips for higher-is-better), so
+a positive mean gain means the idea helps. It is promoted only if the mean gain clears all of
+- a minimum improvement relative to the baseline mean (`min_improvement`),
+- a noise gate: mean gain > sigmas × σ_d / √n, where σ_d is the spread of one paired difference
+  (pooled over other pairs at this tier and champion when there are enough, else this idea's
+  own pairs) and n the number of pairs — more seeds shrink the gate, which is what RETEST buys,
+- an optional rank gate: within the top `top_fraction` of ideas decided at this tier for the
+  same champion, once `cold_start` of them exist (before that, the rank gate does not apply).
+An idea whose gain is clearly below the minimum is rejected; an inconclusive one gets more seeds
+(RETEST) up to `max_seeds`, then is rejected. Every outcome carries the numbers and the rule that
+fired. See ../shared/LADDER-NOTES.md for why.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bus.messages import Verdict
+
+MIN_PAIRS_FOR_POOLED_SIGMA = 6
+
+
+@dataclass(frozen=True, slots=True)
+class PromotionRule:
+    min_improvement: float = 0.002  # relative to the baseline mean (0.2%)
+    sigmas: float = 2.0
+    top_fraction: float = 0.0  # 0 switches the rank gate off
+    cold_start: int = 8
+    seeds: int = 2
+    max_seeds: int = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    idea: Mapping[int, float]  # seed -> metric of the idea's successful runs
+    baseline: Mapping[int, float]  # seed -> metric of the champion at this tier
+    pooled_sigma: float | None = None  # σ of one paired difference, from other pairs here
+    peer_gains: Sequence[float] = ()  # mean gains of ideas already decided here
+    lower_is_better: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    verdict: Verdict
+    rule: str
+    delta: float | None = None  # mean paired gain (positive: the idea is better)
+    sigma: float | None = None  # σ of one paired difference, as used
+    n: int = 0
+    seeds_wanted: int = 0  # RETEST: run the idea until it has this many paired seeds
+
+
+def paired_gains(evidence: Evidence) -> list[float]:
+    sign = 1.0 if evidence.lower_is_better else -1.0
+    seeds = sorted(set(evidence.idea) & set(evidence.baseline))
+    return [sign * (evidence.baseline[s] - evidence.idea[s]) for s in seeds]
+
+
+def pooled_sigma(groups: Sequence[Sequence[float]]) -> float | None:
+    """σ of one paired difference, pooled over groups (each idea's own gains, around its own
+    mean, so real effects do not count as noise). None below MIN_PAIRS_FOR_POOLED_SIGMA."""
+    usable = [g for g in groups if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in usable)
+    if sum(len(g) for g in usable) < MIN_PAIRS_FOR_POOLED_SIGMA or dof == 0:
+        return None
+    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in usable)
+    return math.sqrt(squares / dof)
+
+
+def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
+    gains = paired_gains(evidence)
+    n = len(gains)
+    if n < rule.seeds:
+        return _more(rule, rule.seeds, n, None, None, f"{n} of {rule.seeds} paired seeds in")
+    idea_values = [evidence.idea[s] for s in sorted(evidence.idea)]
+    if n >= 2 and len(set(idea_values)) == 1 and len(set(evidence.baseline.values())) > 1:
+        reason = "identical metrics across seeds: the recipe ignores the seed"
+        return Outcome(Verdict.REJECT, reason, statistics.fmean(gains), None, n)
+    delta = statistics.fmean(gains)
+    sigma = evidence.pooled_sigma
+    if sigma is None and n >= 2:
+        sigma = statistics.stdev(gains)
+    if sigma is None:
+        return _more(rule, n + 1, n, delta, None, "no noise estimate yet")
+    paired = set(evidence.idea) & set(evidence.baseline)
+    baseline_mean = statistics.fmean(evidence.baseline[s] for s in paired)
+    needed = rule.min_improvement * abs(baseline_mean)
+    gate = rule.sigmas * sigma / math.sqrt(n)
+    numbers = (
+        f"gain {delta:.4g} (n={n}), noise gate {rule.sigmas:g}σ/√n = {gate:.4g}, "
+        f"minimum {needed:.4g}"
+    )
+    if delta - gate > 0 and delta >= needed:
+        return _rank_gate(rule, evidence, delta, sigma, n, numbers)
+    if delta + gate < needed:
+        return Outcome(Verdict.REJECT, f"clearly below the minimum: {numbers}", delta, sigma, n)
+    if n >= rule.max_seeds:
+        return Outcome(
+            Verdict.REJECT, f"inconclusive at {n} seeds (max): {numbers}", delta, sigma, n
+        )
+    wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, sigma, delta, needed)))
+    return _more(rule, wanted, n, delta, sigma, f"inconclusive: {numbers}")
+
+
+def _rank_gate(
+    rule: PromotionRule, evidence: Evidence, delta: float, sigma: float, n: int, numbers: str
+) -> Outcome:
+    peers = list(evidence.peer_gains)
+    if rule.top_fraction <= 0 or len(peers) < rule.cold_start:
+        cold = "" if rule.top_fraction <= 0 else f" (rank gate off: {len(peers)} < cold start)"
+        return Outcome(Verdict.PROMOTE, f"clears the gates: {numbers}{cold}", delta, sigma, n)
+    rank = 1 + sum(1 for g in peers if g > delta)
+    allowed = max(1, math.floor(rule.top_fraction * (len(peers) + 1)))
+    where = f"rank {rank} of {len(peers) + 1}, top {allowed} pass"
+    if rank <= allowed:
+        return Outcome(Verdict.PROMOTE, f"clears the gates: {numbers}; {where}", delta, sigma, n)
+    return Outcome(Verdict.REJECT, f"below the rank gate: {numbers}; {where}", delta, sigma, n)
+
+
+def _seeds_to_clear(rule: PromotionRule, sigma: float, delta: float, needed: float) -> int:
+    """Pairs at which a gain this size would clear the noise gate (a planning estimate)."""
+    margin = max(delta, needed)
+    if margin <= 0:
+        return rule.max_seeds
+    return math.ceil((rule.sigmas * sigma / margin) ** 2)
+
+
+def _more(
+    rule: PromotionRule, wanted: int, n: int, delta: float | None, sigma: float | None, why: str
+) -> Outcome:
+    return Outcome(Verdict.RETEST, why, delta, sigma, n, min(wanted, rule.max_seeds))

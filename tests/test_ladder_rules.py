@@ -1,0 +1,103 @@
+"""Promotion verdicts: pure, paired, noise-gated, rank-gated after cold start, with numbers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bus.messages import Verdict
+from scale_ladder.rules import Evidence, PromotionRule, decide, pooled_sigma
+
+RULE = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6)
+BASE = {0: 3.00, 1: 3.02, 2: 2.98, 3: 3.01, 4: 2.99, 5: 3.00}
+
+
+def idea(gains: dict[int, float]) -> dict[int, float]:
+    return {seed: BASE[seed] - gain for seed, gain in gains.items()}
+
+
+def test_clear_win_is_promoted_with_its_numbers() -> None:
+    outcome = decide(RULE, Evidence(idea({0: 0.05, 1: 0.051}), BASE, pooled_sigma=0.01))
+    assert outcome.verdict == Verdict.PROMOTE
+    assert outcome.delta == pytest.approx(0.0505) and outcome.sigma == 0.01 and outcome.n == 2
+    assert "clears the gates" in outcome.rule and "gain 0.0505" in outcome.rule
+
+
+def test_clear_loss_is_rejected() -> None:
+    outcome = decide(RULE, Evidence(idea({0: -0.05, 1: -0.04}), BASE, pooled_sigma=0.01))
+    assert outcome.verdict == Verdict.REJECT and "clearly below the minimum" in outcome.rule
+
+
+def test_inconclusive_gets_more_seeds_then_a_verdict() -> None:
+    small = Evidence(idea({0: 0.012, 1: 0.008}), BASE, pooled_sigma=0.01)
+    first = decide(RULE, small)
+    assert first.verdict == Verdict.RETEST and 2 < first.seeds_wanted <= RULE.max_seeds
+    # The same gain on six seeds clears the gate (2σ/√6 = 0.0082 < 0.01).
+    more = Evidence(idea(dict.fromkeys(range(6), 0.01)), BASE, pooled_sigma=0.01)
+    assert decide(RULE, more).verdict == Verdict.PROMOTE
+    # A gain that stays inside the noise at the maximum is rejected, saying so.
+    stuck = Evidence(idea({s: 0.004 for s in range(6)}), BASE, pooled_sigma=0.02)
+    outcome = decide(RULE, stuck)
+    assert outcome.verdict == Verdict.REJECT and "inconclusive at 6 seeds" in outcome.rule
+
+
+def test_significant_but_below_the_minimum_improvement_is_not_promoted() -> None:
+    rule = PromotionRule(min_improvement=0.01, sigmas=2.0, seeds=2, max_seeds=2)
+    outcome = decide(rule, Evidence(idea({0: 0.01, 1: 0.01}), BASE, pooled_sigma=0.001))
+    assert outcome.verdict == Verdict.REJECT  # gain 0.01 < 1% of 3.0
+
+
+def test_waits_for_its_seeds_and_for_a_noise_estimate() -> None:
+    assert decide(RULE, Evidence(idea({0: 0.05}), BASE)).verdict == Verdict.RETEST
+    one_seed = PromotionRule(seeds=1, max_seeds=3)
+    outcome = decide(one_seed, Evidence(idea({0: 0.05}), BASE))
+    assert outcome.verdict == Verdict.RETEST and outcome.rule == "no noise estimate yet"
+
+
+def test_only_paired_seeds_count() -> None:
+    outcome = decide(RULE, Evidence(idea({0: 0.05, 1: 0.05}), {0: 3.0}, pooled_sigma=0.01))
+    assert outcome.verdict == Verdict.RETEST and outcome.n == 1
+
+
+def test_rank_gate_applies_after_cold_start() -> None:
+    rule = PromotionRule(top_fraction=0.25, cold_start=3, seeds=2, max_seeds=6)
+    win = Evidence(idea({0: 0.05, 1: 0.05}), BASE, pooled_sigma=0.01, peer_gains=[0.2, 0.3])
+    assert decide(rule, win).verdict == Verdict.PROMOTE  # 2 peers < cold start 3
+    crowded = Evidence(
+        idea({0: 0.05, 1: 0.05}), BASE, pooled_sigma=0.01, peer_gains=[0.2, 0.3, 0.1, 0.0]
+    )
+    outcome = decide(rule, crowded)
+    assert outcome.verdict == Verdict.REJECT and "rank 4 of 5, top 1 pass" in outcome.rule
+    best = Evidence(
+        idea({0: 0.5, 1: 0.5}), BASE, pooled_sigma=0.01, peer_gains=[0.2, 0.3, 0.1, 0.0]
+    )
+    assert decide(rule, best).verdict == Verdict.PROMOTE
+
+
+def test_a_recipe_that_ignores_the_seed_is_rejected() -> None:
+    outcome = decide(RULE, Evidence({0: 2.5, 1: 2.5, 2: 2.5}, BASE, pooled_sigma=0.01))
+    assert outcome.verdict == Verdict.REJECT and "ignores the seed" in outcome.rule
+
+
+def test_higher_is_better_flips_the_sign() -> None:
+    accuracy = {0: 0.80, 1: 0.81}
+    better = Evidence({0: 0.85, 1: 0.86}, accuracy, pooled_sigma=0.005, lower_is_better=False)
+    assert decide(RULE, better).verdict == Verdict.PROMOTE
+
+
+def test_pooled_sigma_measures_noise_not_effects() -> None:
+    # Two ideas with very different effects but the same seed noise (±0.01).
+    groups = [[0.09, 0.11, 0.10], [-0.21, -0.19, -0.20]]
+    assert pooled_sigma(groups) == pytest.approx(0.01)
+    assert pooled_sigma([[0.1, 0.2]]) is None  # too few pairs to trust
+
+
+@given(
+    st.dictionaries(st.integers(0, 5), st.floats(2.5, 3.5), min_size=1, max_size=6),
+    st.none() | st.floats(0.001, 0.1),
+)
+def test_decisions_are_pure(values: dict[int, float], sigma: float | None) -> None:
+    evidence = Evidence(values, BASE, pooled_sigma=sigma)
+    assert decide(RULE, evidence) == decide(RULE, evidence)
+    assert decide(RULE, evidence).verdict in (Verdict.PROMOTE, Verdict.REJECT, Verdict.RETEST)
