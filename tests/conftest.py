@@ -146,8 +146,10 @@ class RunningSwarm:
     def wait_ready(self, timeout: float = 30) -> BusSettings:
         def ready() -> bool:
             assert self.process.poll() is None, self.process.stdout.read()  # type: ignore[union-attr]
-            done = run_swarm(self.workspace.root, "sql", "select 1 as ok")
-            return done.returncode == 0 and "ok" in done.stdout
+            if self.workspace.read_bus_settings() is None or not self.workspace.is_running():
+                return False  # (a stopped workspace's file would answer `swarm sql` too)
+            status = run_swarm(self.workspace.root, "status").stdout
+            return "swarm: running" in status and "ledger:" not in status
 
         wait_for(ready, timeout, 0.2)
         settings = self.workspace.read_bus_settings()
