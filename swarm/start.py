@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 
 from bus.embedded_server import EmbeddedNatsServer, write_private
 from bus.nats_bus import BusSettings, connect
@@ -151,5 +152,10 @@ async def _wait(stop: asyncio.Event, deadline: float | None) -> None:
 async def _report(nc: Client, config: SwarmConfig, out: TextIO) -> None:
     while True:
         await asyncio.sleep(config.status.interval_s)
-        status = await live_status(nc, timeout_s=min(5.0, config.status.interval_s))
-        print(f"swarm: {time.strftime('%H:%M:%S')} {status.line()}", file=out, flush=True)
+        try:
+            status = await live_status(nc, timeout_s=min(5.0, config.status.interval_s))
+        except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
+            line = f"bus not answering ({exc or type(exc).__name__})"
+        else:
+            line = status.line()
+        print(f"swarm: {time.strftime('%H:%M:%S')} {line}", file=out, flush=True)
