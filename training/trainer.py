@@ -71,7 +71,7 @@ class Trainer:
         await self._announce(AgentEventKind.JOINED, f"tiers {list(self.options.tiers)}")
         try:
             while not stop.is_set():
-                msg = await self._next_job(subs, stop)
+                msg = await self._next_job(subs)
                 if msg is not None:
                     await self._handle(msg, stop)
         finally:
@@ -79,9 +79,7 @@ class Trainer:
             for sub in subs:
                 await sub.unsubscribe()
 
-    async def _next_job(
-        self, subs: list[JetStreamContext.PullSubscription], stop: asyncio.Event
-    ) -> Msg | None:
+    async def _next_job(self, subs: list[JetStreamContext.PullSubscription]) -> Msg | None:
         for sub in subs:
             try:
                 msgs = await sub.fetch(1, timeout=0.05 if sub is not subs[-1] else IDLE_POLL_S)
