@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bus.dead_letters import dead_letter
 from bus.messages import DeadLetter, Message
 from ledger.schema import TABLES, Column, Table, ddl, run_stats_upsert
 
@@ -87,31 +88,26 @@ class LedgerStore:
             try:
                 self._write([message])
             except ROW_ERRORS as exc:
-                raw = json.dumps(_row(message, _table_for(message).columns), default=str)
-                refused.append(
-                    DeadLetter(
-                        dead_letter_id=f"dl-ledger-{message.KIND}-{message.event_id}",
-                        subject=f"ledger/{message.KIND}",
-                        reason=f"cannot store: {exc}",
-                        raw=raw[:4096],
-                        raw_bytes=len(raw),
-                        consumer="ledger",
-                    )
-                )
+                raw = json.dumps(_row(message, TABLES[message.KIND].columns), default=str)
+                key = f"{message.KIND}-{message.event_id}"
+                subject = f"ledger/{message.KIND}"
+                reason = f"cannot store: {exc}"
+                refused.append(dead_letter(subject, raw.encode(), reason, "ledger", key=key))
         if refused:
             self._write(refused)
         return refused
 
     def _write(self, messages: Iterable[Message]) -> None:
-        by_table: dict[str, dict[str, Message]] = {}
+        by_kind: dict[str, dict[str, Message]] = {}
         for message in messages:
             # Keep the first copy of an id within a batch: later copies are redeliveries.
-            by_table.setdefault(_table_for(message).name, {}).setdefault(message.event_id, message)
+            by_kind.setdefault(message.KIND, {}).setdefault(message.event_id, message)
         ingested_at = int(time.time() * 1e6)
         self.con.execute("BEGIN TRANSACTION")
         try:
-            for name, unique in by_table.items():
-                table = _table_by_name(name)
+            for kind, unique in by_kind.items():
+                table = TABLES[kind]
+                name = table.name
                 batch = _arrow_batch(table, unique.values(), ingested_at)
                 self.con.register("incoming_batch", batch)
                 try:
@@ -129,7 +125,7 @@ class LedgerStore:
             self.con.execute("ROLLBACK")
             raise
         with self._changed_lock:
-            self._changed.update(by_table)
+            self._changed.update(TABLES[kind].name for kind in by_kind)
 
     def _insert_runs(self) -> None:
         """Insert new results and add them, and only them, to the run_stats totals."""
@@ -162,14 +158,6 @@ class LedgerStore:
             pq.write_table(table, tmp)
             os.replace(tmp, folder / f"{name}.parquet")
         return sorted(changed)
-
-
-def _table_for(message: Message) -> Table:
-    return TABLES[message.KIND]
-
-
-def _table_by_name(name: str) -> Table:
-    return next(t for t in TABLES.values() if t.name == name)
 
 
 def _cell(column: Column, value: Any) -> Any:
