@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import time
 from pathlib import Path
 
+from bus.embedded_server import find_nats_server
 from bus.messages import Message
 from bus.nats_bus import BusSettings, connect, publish_event
 
@@ -61,3 +65,23 @@ async def publish_all(settings: BusSettings, messages: list[Message], window: in
             await asyncio.gather(*(publish_event(js, m, timeout=30) for m in chunk))
     finally:
         await nc.close()
+
+
+def start_nats_server(config: str, run_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A nats-server of the test's own (an "external" one): its process and client URL."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    conf = run_dir / "server.conf"
+    conf.write_text(config)
+    process = subprocess.Popen(
+        [find_nats_server(), "-c", str(conf), "--ports_file_dir", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ports = run_dir / f"nats-server_{process.pid}.ports"
+    deadline = time.monotonic() + 10
+    while not (ports.exists() and ports.read_text().strip()):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise RuntimeError(f"nats-server with {conf} did not start")
+        time.sleep(0.02)
+    return process, json.loads(ports.read_text())["nats"][0]

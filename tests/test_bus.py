@@ -15,7 +15,7 @@ from bus.embedded_server import EmbeddedNatsServer, find_nats_server
 from bus.nats_bus import BusSettings, BusUnavailable, connect, publish_event
 from bus.subjects import EVENTS_STREAM, JOBS_STREAM, ensure_ledger_consumer, ensure_streams
 from tests.conftest import MAX_PAYLOAD, RunningSwarm, make_result, run_swarm, swarm_cmd, wait_for
-from tests.helpers_process import alive, pids_matching
+from tests.helpers_process import alive, pids_matching, start_nats_server
 
 
 async def test_token_is_required(nats_server: EmbeddedNatsServer) -> None:
@@ -103,24 +103,13 @@ def test_ctrl_c_stops_everything(tmp_path: Path, swarm_config: Path) -> None:
 
 
 def _user_password_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    run_dir = tmp_path / "external"
-    run_dir.mkdir()
-    conf = run_dir / "server.conf"
-    store = json.dumps(str(run_dir / "js"))
-    conf.write_text(
+    store = json.dumps(str(tmp_path / "external" / "js"))
+    return start_nats_server(
         "listen: 127.0.0.1:-1\n"
         'authorization { users = [ { user: "alice", password: "s3cret" } ] }\n'
-        f"jetstream {{ store_dir: {store} }}\n"
+        f"jetstream {{ store_dir: {store} }}\n",
+        tmp_path / "external",
     )
-    process = subprocess.Popen(
-        [find_nats_server(), "-c", str(conf), "--ports_file_dir", str(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    ports = run_dir / f"nats-server_{process.pid}.ports"
-    wait_for(ports.exists, 10, 0.02)
-    wait_for(lambda: bool(ports.read_text().strip()), 10, 0.02)
-    return process, json.loads(ports.read_text())["nats"][0]
 
 
 def test_join_an_external_server_with_user_and_password(tmp_path: Path) -> None:

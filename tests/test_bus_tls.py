@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bus.embedded_server import find_nats_server
 from tests.conftest import run_swarm, swarm_cmd, wait_for
+from tests.helpers_process import start_nats_server
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="needs the openssl command to make certificates"
@@ -72,22 +72,15 @@ def make_certificates(folder: Path) -> tuple[Path, Path, Path]:
 
 def test_join_an_external_server_over_tls(tmp_path: Path) -> None:
     ca, cert, key = make_certificates(tmp_path)
-    conf = tmp_path / "tls.conf"
-    conf.write_text(
+    server, plain_url = start_nats_server(
         "listen: 127.0.0.1:-1\n"
         f"tls {{ cert_file: {json.dumps(str(cert))}, key_file: {json.dumps(str(key))} }}\n"
-        f"jetstream {{ store_dir: {json.dumps(str(tmp_path / 'js'))} }}\n"
+        f"jetstream {{ store_dir: {json.dumps(str(tmp_path / 'js'))} }}\n",
+        tmp_path / "server",
     )
-    server = subprocess.Popen(
-        [find_nats_server(), "-c", str(conf), "--ports_file_dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    ports = tmp_path / f"nats-server_{server.pid}.ports"
     swarm = None
     try:
-        wait_for(lambda: ports.exists() and bool(ports.read_text().strip()), 10, 0.02)
-        port = json.loads(ports.read_text())["nats"][0].rsplit(":", 1)[1]
+        port = plain_url.rsplit(":", 1)[1]
         url = f"tls://127.0.0.1:{port}"
         ws = tmp_path / "ws"
         swarm = subprocess.Popen(
