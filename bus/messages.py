@@ -41,7 +41,9 @@ class Verdict(enum.StrEnum):
     PROMOTE = "PROMOTE"
     REJECT = "REJECT"
     RETEST = "RETEST"
-    STALE = "STALE"
+    STALE = "STALE"  # the champion moved on and the idea's patch no longer applies to it
+    REFUSED = "REFUSED"  # not admitted: a duplicate, or a patch that does not apply
+    HELD = "HELD"  # passed the top tier; waits for a person (`swarm approve` / `swarm reject`)
 
 
 class BudgetKind(enum.StrEnum):
@@ -154,6 +156,8 @@ class Decision:
     sigma: float | None = None
     n: int = 0
     details: str = ""
+    seeds_wanted: int = 0  # RETEST: paired seeds the idea will have at this tier
+    decided_by: str = "ladder"  # who decided: the ladder's rules, or a person (approve/reject)
     created_at: float = field(default_factory=now)
 
     @property
@@ -171,8 +175,9 @@ class ChampionChange:
     kind: ChangeKind
     recipe_sha: str
     idea_id: str = ""
-    patch: str = ""
+    patch: str = ""  # the change from the parent version (a unified diff)
     reason: str = ""
+    source: str = ""  # the whole editable file at this version
     created_at: float = field(default_factory=now)
 
     @property

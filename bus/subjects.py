@@ -35,6 +35,8 @@ JOBS_STREAM = "SWARM_JOBS"
 JOBS_SUBJECTS = f"{PREFIX}.jobs.>"
 
 SQL_SUBJECT = f"{PREFIX}.sql"
+# Requests to the ladder from people: approve, reject, revert (JSON in, JSON out).
+LADDER_CONTROL_SUBJECT = f"{PREFIX}.ladder.control"
 LEDGER_CONSUMER = "ledger"
 # The ledger's consumer pushes here (a plain subscription with a callback is ~2.5x faster than
 # nats-py's pull fetch, which waits per message). Acks still go to each message's reply subject.
@@ -90,21 +92,27 @@ def trainer_consumer_name(tier: int) -> str:
     return f"trainers-tier{tier}"
 
 
-def trainer_consumer_config(tier: int) -> ConsumerConfig:
+def trainer_consumer_config(tier: int, max_concurrent: int = 0) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=trainer_consumer_name(tier),
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=TRAINER_ACK_WAIT_S,
         max_deliver=-1,  # trainers give up on a job themselves, with a RunResult saying why
         filter_subject=job_subject(tier),
+        # The tier's concurrency cap across every trainer: jobs handed out and not yet acked.
+        max_ack_pending=max_concurrent if max_concurrent > 0 else -1,
     )
 
 
-async def ensure_trainer_consumer(js: JetStreamContext, tier: int) -> None:
+async def ensure_trainer_consumer(js: JetStreamContext, tier: int, max_concurrent: int = 0) -> None:
+    config = trainer_consumer_config(tier, max_concurrent)
     try:
-        await js.consumer_info(JOBS_STREAM, trainer_consumer_name(tier))
+        info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(tier))
     except NotFoundError:
-        await js.add_consumer(JOBS_STREAM, trainer_consumer_config(tier))
+        await js.add_consumer(JOBS_STREAM, config)
+        return
+    if (info.config.max_ack_pending or -1) != config.max_ack_pending:
+        await js.add_consumer(JOBS_STREAM, config)  # same durable: updates the cap in place
 
 
 def ledger_consumer_config() -> ConsumerConfig:

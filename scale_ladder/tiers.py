@@ -35,6 +35,7 @@ class Tier:
     eval_tokens: int
     seeds: int
     rule: PromotionRule
+    max_concurrent: int = 0  # experiments of this tier running at once, swarm-wide; 0 = any
 
     @property
     def dials(self) -> dict[str, int]:
@@ -62,25 +63,44 @@ _RULE_FIELDS: dict[str, type] = {
     "cold_start": int,
     "max_seeds": int,
 }
+_OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int}
+
+
+@dataclass(frozen=True, slots=True)
+class LadderConfig:
+    tiers: list[Tier]
+    require_approval: bool = False  # a person approves every change before it is stacked
+
+
+def load_ladder(path: Path | None = None) -> LadderConfig:
+    path = path or DEFAULT_LADDER
+    data = _read(path)
+    unknown = set(data) - {"tier", "require_approval"}
+    if unknown:
+        raise LadderConfigError(
+            f"{path}: unknown key {sorted(unknown)[0]}; "
+            "expected require_approval and [[tier]] tables"
+        )
+    approval = data.get("require_approval", False)
+    if not isinstance(approval, bool):
+        raise LadderConfigError(f"{path}: require_approval must be true or false")
+    tiers = data.get("tier")
+    if not isinstance(tiers, list) or not tiers:
+        raise LadderConfigError(f"{path}: no [[tier]] tables")
+    return LadderConfig([_tier(i, raw, path) for i, raw in enumerate(tiers)], approval)
 
 
 def load_tiers(path: Path | None = None) -> list[Tier]:
-    path = path or DEFAULT_LADDER
+    return load_ladder(path).tiers
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise LadderConfigError(f"ladder config not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise LadderConfigError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"tier"}
-    if unknown:
-        raise LadderConfigError(
-            f"{path}: unknown key {sorted(unknown)[0]}; expected [[tier]] tables"
-        )
-    tiers = data.get("tier")
-    if not isinstance(tiers, list) or not tiers:
-        raise LadderConfigError(f"{path}: no [[tier]] tables")
-    return [_tier(i, raw, path) for i, raw in enumerate(tiers)]
 
 
 def _tier(index: int, raw: Any, path: Path) -> Tier:
@@ -88,8 +108,8 @@ def _tier(index: int, raw: Any, path: Path) -> Tier:
     if not isinstance(raw, dict):
         raise LadderConfigError(f"{where} must be a table")
     for key in raw:
-        if key not in _FIELDS and key not in _RULE_FIELDS:
-            known = ", ".join([*_FIELDS, *_RULE_FIELDS])
+        if key not in _FIELDS and key not in _RULE_FIELDS and key not in _OPTIONAL_FIELDS:
+            known = ", ".join([*_FIELDS, *_RULE_FIELDS, *_OPTIONAL_FIELDS])
             raise LadderConfigError(f"{where}: unknown key {key}; known: {known}")
     values: dict[str, Any] = {}
     for key, kind in _FIELDS.items():
@@ -102,6 +122,8 @@ def _tier(index: int, raw: Any, path: Path) -> Tier:
         if key in raw
     }
     rule = PromotionRule(seeds=values["seeds"], **rule_values)
+    if "max_concurrent" in raw:
+        values["max_concurrent"] = _value(where, "max_concurrent", int, raw["max_concurrent"], True)
     if rule.max_seeds < rule.seeds:
         raise LadderConfigError(
             f"{where}.max_seeds ({rule.max_seeds}) is below seeds ({rule.seeds})"

@@ -14,19 +14,23 @@ from bus.messages import RunStatus
 from bus.nats_bus import BusUnavailable, connect
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
-from swarm import event_loop
+from swarm import event_loop, people
+from swarm.agents_process import run_agents
 from swarm.config import ConfigError, SwarmConfig, load_config, with_overrides
+from swarm.ladder_process import run_ladder
 from swarm.ledger_process import SwarmNotRunning, run_ledger
 from swarm.output import FORMATS, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
 from swarm.start import SwarmError, bus_settings, start_swarm
 from swarm.status import COUNTS_SQL, counts_from, live_status
+from swarm.swarm_report import write_swarm_report
 from swarm.workspace import Workspace
 
 EXAMPLES = """\
 examples:
   swarm start                                   bus + ledger on this machine, live status
-  swarm start --minutes 30                      stop by itself after 30 minutes
+  swarm start --agents 4 --minutes 30           4 researchers, stop by itself after 30 minutes
+  swarm start --agents 3 --max-experiments 200  stop after 200 experiments
   swarm start --nats nats://hub:4222            join an existing NATS server instead
   swarm status                                  what the swarm in ./swarm-workspace is doing
   swarm sql "select * from leaderboard limit 10"
@@ -35,6 +39,14 @@ examples:
   swarm run --tier 0                            train and evaluate the champion at tier 0
   swarm run --tier 1 --patch idea.diff --seed 3 the champion plus a patch, by hand
   swarm worker --nats nats://hub:4222 --tiers 2 add a trainer to a running swarm
+  swarm agents --nats nats://hub:4222 --count 4 add researchers to a running swarm
+  swarm review                                  ideas waiting for approval (require_approval)
+  swarm approve idea-3f2a…                      stack it into the champion
+  swarm champion show                           the champion's lineage (show 3: v3's recipe)
+  swarm champion diff 2 3                       what changed from v2 to v3
+  swarm champion export --out best.py           the current champion recipe
+  swarm champion revert 2                       make v2's recipe the champion again
+  swarm report                                  progress.png and report.html in the workspace
   swarm run --tier 0 --target command --edit train.py --run "python train.py" --metric val_loss
 
 The ledger's tables and views are documented in README.md (section "The ledger").
@@ -51,6 +63,7 @@ USER_ERRORS = (
     LedgerLocked,
     NatsServerError,
     BusUnavailable,
+    people.ControlRefused,
     ValueError,
 )
 
@@ -73,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start", help="start the swarm and show live status")
     start.add_argument("--minutes", type=float, help="stop after this many minutes")
     start.add_argument("--trainers", type=int, help="trainer processes (default: one per core)")
+    start.add_argument("--agents", type=int, help="researcher agents (default: agents.count)")
+    start.add_argument("--max-experiments", type=int, help="stop after this many results")
     _add_bus_flags(start)
     _add_target_flags(start)
 
@@ -96,7 +111,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bus_flags(worker)
     _add_target_flags(worker)
 
+    agents = commands.add_parser("agents", help="run researcher agents for a running swarm")
+    agents.add_argument("--count", type=int, default=4, help="researchers to host (default 4)")
+    agents.add_argument("--name", default="", help="name prefix (default: this host's name)")
+    _add_bus_flags(agents)
+    _add_target_flags(agents)
+
+    commands.add_parser("review", help="ideas that passed the top tier and wait for approval")
+    for verb in ("approve", "reject"):
+        person = commands.add_parser(verb, help=f"{verb} an idea held at the top tier")
+        person.add_argument("idea_id")
+
+    champion = commands.add_parser("champion", help="the champion recipe and its history")
+    champion.add_argument("action", choices=["show", "diff", "export", "revert"])
+    champion.add_argument("version", type=int, nargs="?", help="a champion version")
+    champion.add_argument("other", type=int, nargs="?", help="diff: the newer version")
+    champion.add_argument("--out", type=Path, help="export: the file to write")
+
+    report = commands.add_parser("report", help="write the progress plot and the HTML report")
+    report.add_argument("--out", type=Path, help="folder (default: <workspace>/reports)")
+
     commands.add_parser("ledger", help="(internal) run the ledger process; started by `start`")
+    commands.add_parser("ladder", help="(internal) run the ladder process; started by `start`")
     return parser
 
 
@@ -154,6 +190,8 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
         direction="maximize" if flag("maximize") else None,
     )
     config = with_overrides(config, "trainers", count=flag("trainers"))
+    config = with_overrides(config, "agents", count=flag("agents"))
+    config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))
     if args.command == "worker":
         config = with_overrides(config, "trainers", device=flag("device"))
     # Absolute paths, so child processes and later reads agree whatever their directory.
@@ -194,6 +232,15 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         await start_swarm(config, workspace, args.minutes)
     elif args.command == "ledger":
         await run_ledger(config, workspace)
+    elif args.command == "ladder":
+        await run_ladder(config, workspace)
+    elif args.command == "agents":
+        settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
+        if settings is None:
+            raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
+        await run_agents(config, settings, args.count, args.name)
+    elif args.command in ("review", "approve", "reject", "champion", "report"):
+        print(await _people(args, config, workspace))
     elif args.command == "status":
         await _status(config, workspace)
     elif args.command == "sql":
@@ -214,6 +261,28 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
 
         await run_worker(config, workspace, settings, args.tiers)
     return 0
+
+
+async def _people(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> str:
+    if args.command == "review":
+        return await people.review(config, workspace)
+    if args.command in ("approve", "reject"):
+        return await people.control(config, workspace, action=args.command, idea_id=args.idea_id)
+    if args.command == "report":
+        files = await write_swarm_report(config, workspace, args.out)
+        return f"wrote {files.png} and {files.html}"
+    if args.action == "show":
+        if args.version is None:
+            return await people.champion_history(config, workspace)
+        return await people.champion_source(config, workspace, args.version)
+    if args.action == "diff":
+        return await people.champion_diff(config, workspace, args.version, args.other)
+    if args.action == "export":
+        out = args.out or Path(f"champion-v{args.version or 'current'}.py")
+        return await people.champion_export(config, workspace, args.version, out)
+    if args.version is None:
+        raise ConfigError("swarm champion revert needs a VERSION")
+    return await people.control(config, workspace, action="revert", version=args.version)
 
 
 async def _status(config: SwarmConfig, workspace: Workspace) -> None:

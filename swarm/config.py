@@ -73,6 +73,20 @@ class LadderConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentsConfig:
+    count: int = 0  # researcher agents `swarm start` hosts (`--agents N`)
+    brain: str = "heuristic"  # heuristic (offline search)
+    personas: str = "explorer,exploiter,combiner,ablator"  # assigned to agents in turn
+    max_in_flight: int = 2  # ideas one agent may have undecided at once (back-pressure)
+    seed: int = 0  # the heuristic brain's random seed (agent i uses seed + i)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_experiments: int = 0  # stop the swarm after this many RunResults; 0 = no limit
+
+
+@dataclass(frozen=True, slots=True)
 class StatusConfig:
     interval_s: float = 5.0
 
@@ -86,6 +100,8 @@ class SwarmConfig:
     target: TargetConfig = field(default_factory=TargetConfig)
     trainers: TrainersConfig = field(default_factory=TrainersConfig)
     ladder: LadderConfig = field(default_factory=LadderConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 # Values that must be positive, by dotted key.
@@ -97,6 +113,7 @@ POSITIVE = {
     "ledger.sql_row_cap",
     "ledger.sql_timeout_s",
     "status.interval_s",
+    "agents.max_in_flight",
 }
 
 
@@ -105,6 +122,7 @@ CHOICES = {
     "target.kind": ("bytelm", "command"),
     "target.direction": ("minimize", "maximize"),
     "trainers.device": ("auto", "cpu", "cuda"),
+    "agents.brain": ("heuristic",),
 }
 
 
@@ -166,6 +184,16 @@ def _check(key: str, hint: Any, value: Any, source: str) -> Any:
         raise ConfigError(
             f"{source}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}"
         )
+    if key in ("agents.count", "limits.max_experiments") and value < 0:
+        raise ConfigError(f"{source}: {key} must be 0 or more, got {value}")
+    if key == "agents.personas":
+        known = ("explorer", "exploiter", "combiner", "ablator")
+        bad = [p for p in value.split(",") if p.strip() not in known]
+        if bad or not value.strip():
+            raise ConfigError(
+                f"{source}: {key}: unknown persona {bad[0] if bad else ''!r}; "
+                f"choose from {', '.join(known)}"
+            )
     if key == "trainers.count" and value < -1:
         raise ConfigError(f"{source}: {key} must be -1 (one per core), 0 or more, got {value}")
     return float(value) if hint is float else value

@@ -73,20 +73,36 @@ async def start_swarm(
             delay = config.ledger.restart_delay_s
             effective = workspace.run_dir / "swarm.toml"  # children run with exactly this config
             write_private(effective, dump_config(config))
-            children.append(
-                ManagedProcess(
-                    "ledger",
-                    _swarm_argv(workspace, effective, "ledger"),
-                    workspace.logs_dir / "ledger.log",
-                    delay,
+            for name in ("ledger", "ladder"):
+                children.append(
+                    ManagedProcess(
+                        name,
+                        _swarm_argv(workspace, effective, name),
+                        workspace.logs_dir / f"{name}.log",
+                        delay,
+                    )
                 )
-            )
             for i in range(trainer_count(config)):
                 children.append(
                     ManagedProcess(
                         f"trainer-{i}",
                         _swarm_argv(workspace, effective, "worker"),
                         workspace.logs_dir / f"trainer-{i}.log",
+                        delay,
+                    )
+                )
+            if config.agents.count:
+                children.append(
+                    ManagedProcess(
+                        "agents",
+                        _swarm_argv(
+                            workspace,
+                            effective,
+                            "agents",
+                            f"--count={config.agents.count}",
+                            "--name=local",
+                        ),
+                        workspace.logs_dir / "agents.log",
                         delay,
                     )
                 )
@@ -100,7 +116,7 @@ async def start_swarm(
             )
             async with asyncio.TaskGroup() as group:
                 keepers = [group.create_task(child.keep_alive()) for child in children]
-                reporter = group.create_task(_report(nc, config, out))
+                reporter = group.create_task(_report(nc, config, out, stop))
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline)
                 # Trainers first (they hand unfinished jobs back), the ledger last (it commits).
@@ -118,6 +134,21 @@ async def start_swarm(
         workspace.clear_bus_settings()
         lock.close()
         print("swarm: stopped", file=out, flush=True)
+    await _farewell(config, workspace, out)
+
+
+async def _farewell(config: SwarmConfig, workspace: Workspace, out: TextIO) -> None:
+    """The summary and the report, from the ledger file the swarm left behind."""
+    from swarm.summary import summary_text
+    from swarm.swarm_report import write_swarm_report
+
+    try:
+        print(summary_text(config, workspace), file=out, flush=True)
+        files = await write_swarm_report(config, workspace)
+        print(f"report: {files.html}\nplot:   {files.png}", file=out, flush=True)
+    except Exception as exc:  # the swarm itself stopped cleanly; say what the summary lacks
+        log.exception("summary failed")
+        print(f"swarm: could not write the summary or report: {exc}", file=out, flush=True)
 
 
 def trainer_count(config: SwarmConfig) -> int:
@@ -149,7 +180,8 @@ async def _wait(stop: asyncio.Event, deadline: float | None) -> None:
         log.info("time limit reached: stopping")
 
 
-async def _report(nc: Client, config: SwarmConfig, out: TextIO) -> None:
+async def _report(nc: Client, config: SwarmConfig, out: TextIO, stop: asyncio.Event) -> None:
+    limit = config.limits.max_experiments
     while True:
         await asyncio.sleep(config.status.interval_s)
         try:
@@ -158,4 +190,7 @@ async def _report(nc: Client, config: SwarmConfig, out: TextIO) -> None:
             line = f"bus not answering ({exc or type(exc).__name__})"
         else:
             line = status.line()
+            if limit and status.counts.get("runs", 0) >= limit:
+                log.info("%d experiments run: stopping", status.counts["runs"])
+                stop.set()
         print(f"swarm: {time.strftime('%H:%M:%S')} {line}", file=out, flush=True)

@@ -34,15 +34,6 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
     return CommandTarget(project, t.edit, t.run, t.metric, t.direction == "minimize")
 
 
-def champion_source(target: Target, workspace: Workspace) -> str:
-    """The champion recipe, pinned in the workspace at first use (version 1)."""
-    path = workspace.root / "champions" / "v1" / target.editable
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(target.initial_source())
-    return path.read_text()
-
-
 def resolve_device(name: str) -> str:
     if name != "auto":
         return name
@@ -85,7 +76,7 @@ async def run_once(
     tier = ladder[tier_index]
     workspace.create()
     target = make_target(config, workspace)
-    source = champion_source(target, workspace)
+    source = target.initial_source()
     spec = run_spec(tier, seed, patch)
     return await asyncio.to_thread(
         target.run,
@@ -133,8 +124,8 @@ async def run_worker(
         scratch_dir=workspace.root / "scratch",
         log_dir=workspace.logs_dir / "runs",
         default_limits={t.index: limits_for(t) for t in ladder},
-        champion_source=champion_source(target, workspace),
         max_message_bytes=config.bus.max_payload_bytes,
+        max_concurrent={t.index: t.max_concurrent for t in ladder},
     )
     stop = asyncio.Event()
     stop_on_signals(stop)

@@ -10,9 +10,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from bus.messages import DeadLetter
+from bus.nats_bus import BusSettings, connect
+from bus.subjects import EVENTS_STREAM
 from tests.conftest import RunningSwarm, make_idea, make_result, run_swarm, wait_for
 from tests.helpers_process import alive, pids_matching, publish_all
 
+RESULTS = "swarm.events.run_result"
 LEADERBOARD = "select idea_id, n_runs from leaderboard where tier = 0 order by idea_id limit 3"
 
 
@@ -86,12 +89,20 @@ def test_restart_resumes_with_ledger_and_stream_intact(tmp_path: Path, swarm_con
                 "20" in run_swarm(again.workspace.root, "sql", "from runs select count(*)").stdout
             )
         )
-        status = run_swarm(again.workspace.root, "status").stdout
-        # The store kept the first run's 10 events, and its duplicate window (kept across the
+        # The store kept the first run's 10 results, and its duplicate window (kept across the
         # restart) dropped the 5 re-published ones: 10 + 10 new.
-        assert "events=20" in status
+        assert asyncio.run(results_in_stream(settings)) == 20
     finally:
         again.stop()
+
+
+async def results_in_stream(settings: BusSettings) -> int:
+    nc = await connect(settings, "test")
+    try:
+        info = await nc.jetstream().stream_info(EVENTS_STREAM, subjects_filter=RESULTS)
+        return (info.state.subjects or {}).get(RESULTS, 0)
+    finally:
+        await nc.close()
 
 
 def test_second_swarm_on_the_same_workspace_is_refused(running_swarm: RunningSwarm) -> None:

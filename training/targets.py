@@ -27,8 +27,10 @@ from training.corpus import load_corpus
 from training.patching import PatchRefused, apply
 from training.process_outcome import exit_status, kill_group, log_tail, result_fields
 from training.sandbox import restrict_filesystem, scrubbed_env, set_rlimits
+from training.target_info import RECIPE
 
-RECIPE = Path(__file__).parent / "recipes" / "bytelm.py"
+__all__ = ["RECIPE", "BytelmTarget", "CommandTarget", "Target", "parse_metric"]
+
 COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules")
 
 

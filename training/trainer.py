@@ -14,13 +14,14 @@ import asyncio
 import logging
 import socket
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from bus.champion_store import ChampionMissing, ChampionStore
 from bus.codec import CodecError, decode_as
 from bus.dead_letters import dead_letter
 from bus.messages import AgentEvent, AgentEventKind, RunResult, RunSpec, RunStatus, new_id
@@ -31,6 +32,7 @@ from bus.subjects import (
     ensure_trainer_consumer,
     trainer_consumer_name,
 )
+from training.process_outcome import result_fields
 from training.runner import Cancelled, RunLimits
 from training.targets import Target
 
@@ -47,8 +49,8 @@ class TrainerOptions:
     scratch_dir: Path
     log_dir: Path
     default_limits: dict[int, RunLimits]  # per tier, for RunSpecs that do not carry limits
-    champion_source: str  # the recipe every RunSpec's patch applies to (champion store: issue 4)
     max_message_bytes: int = 8 * 1024 * 1024
+    max_concurrent: dict[int, int] = field(default_factory=dict)  # per tier cap, swarm-wide
 
 
 class Trainer:
@@ -59,12 +61,15 @@ class Trainer:
         self.options = options
         self.name = f"trainer-{socket.gethostname()}-{new_id('')[1:9]}"
         self.completed = 0
+        self.champions = ChampionStore(self.js)
         self._cancel = threading.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         subs = []
         for tier in sorted(self.options.tiers, reverse=True):  # highest tier first
-            await ensure_trainer_consumer(self.js, tier)
+            await ensure_trainer_consumer(
+                self.js, tier, self.options.max_concurrent.get(tier, 0)
+            )
             subs.append(
                 await self.js.pull_subscribe_bind(trainer_consumer_name(tier), stream=JOBS_STREAM)
             )
@@ -116,11 +121,17 @@ class Trainer:
                 msg,
             )
             return
+        try:
+            source = await self._champion(spec.champion_version)
+        except ChampionMissing as exc:
+            base = result_fields(spec, self.options.device, self.name)
+            await self._publish(RunResult(**base, status=RunStatus.REFUSED, reason=str(exc)), msg)
+            return
         log.info(
             "run %s (tier %d, seed %d, delivery %d)", spec.run_id, spec.tier, spec.seed, deliveries
         )
         heartbeat = asyncio.create_task(self._heartbeat(msg))
-        runner = asyncio.ensure_future(asyncio.to_thread(self._run, spec))
+        runner = asyncio.ensure_future(asyncio.to_thread(self._run, spec, source))
         stopper = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -137,7 +148,17 @@ class Trainer:
             stopper.cancel()
         await self._publish(result, msg)
 
-    def _run(self, spec: RunSpec) -> RunResult:
+    async def _champion(self, version: int) -> str:
+        """The recipe a RunSpec's patch applies to, from the champion store. Version 1 is the
+        target's own recipe, so a trainer also serves RunSpecs made without a ladder."""
+        try:
+            return await self.champions.get(version)
+        except ChampionMissing:
+            if version == 1:
+                return self.target.initial_source()
+            raise
+
+    def _run(self, spec: RunSpec, source: str) -> RunResult:
         limits = self.options.default_limits.get(spec.tier) or RunLimits(time_limit_s=600)
         if spec.time_limit_s:
             limits = replace(limits, time_limit_s=spec.time_limit_s)
@@ -145,7 +166,7 @@ class Trainer:
             limits = replace(limits, eval_tokens=spec.eval_tokens)
         return self.target.run(
             spec,
-            self.options.champion_source,
+            source,
             limits,
             self.options.scratch_dir,
             self.options.device,

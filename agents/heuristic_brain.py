@@ -1,0 +1,375 @@
+"""The offline research brain: an evolutionary search over the recipe's constants.
+
+Used when no LLM is configured. Each proposal is the champion recipe with a few of its top-level
+constants moved (see recipe_constants.py), chosen by one of four moves:
+
+- explore (mutation): one random constant, one step on its natural scale: x or / 1.25, 1.5 or 2
+  for positive numbers, a step on the logit for fractions (so they stay in (0, 1)), x2 or /2 for
+  powers of two, the neighbouring option for categoricals, a flip for flags;
+- exploit (local search): take a change that gained (positive paired delta on this champion, or
+  promoted / stacked anywhere) and push the same constant further the same way by a smaller step,
+  or try the value between the champion's and the idea's;
+- combine (recombination): merge two ideas with positive deltas on this champion that touch
+  different constants, near-misses included, betting that their gains add up;
+- ablate: undo one change of an idea already stacked into the champion, to check it still pays.
+
+The ledger's paired gains are the fitness; the champion is the population of one that selection
+keeps. A persona makes its own move first with high probability and any move otherwise, so every
+agent still explores a little; if a move has nothing untried, the others follow, mutation last
+since its neighbourhood is finite. Nothing here does I/O: the same seed and inputs give the same
+proposals, and what was tried is told by the caller (fingerprints), not remembered.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice
+
+from agents.recipe_constants import (
+    Change,
+    Constant,
+    Kind,
+    Scalar,
+    Value,
+    constants,
+    distance,
+    edit,
+    kind_of,
+    moved_indices,
+    parse_value,
+    same_value,
+    scalar_at,
+    step,
+    with_element,
+)
+from bus.champion_store import fingerprint
+
+PREFERRED_MOVE_PROBABILITY = 0.8
+MAX_CANDIDATES_PER_MOVE = 128  # bounds the retries; every move's own supply is finite anyway
+HYPOTHESIS_LIMIT = 300
+EXPLORER_FACTORS = (1.25, 1.5, 2.0)
+PUSH_FRACTIONS = (0.5, 1.0)  # exploiter: a further step, as a share of the idea's own step
+PROMOTED = frozenset({"PROMOTE", "HELD"})
+NEAR_MISS = frozenset({"PROMOTE", "HELD", "REJECT", "RETEST"})
+
+
+class Persona(enum.StrEnum):
+    EXPLORER = "explorer"
+    EXPLOITER = "exploiter"
+    COMBINER = "combiner"
+    ABLATOR = "ablator"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What the swarm learned about one idea, as read from the ledger."""
+
+    idea_id: str
+    author: str
+    champion_version: int
+    changes: tuple[Change, ...]
+    hypothesis: str
+    tier: int  # highest tier decided
+    verdict: str  # latest verdict; "" while undecided
+    delta: float | None  # mean paired gain at that tier; positive: better than the champion
+    stacked: bool = False  # it became part of the champion
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    hypothesis: str
+    source: str  # the full new recipe
+    changes: tuple[Change, ...]
+    persona: Persona
+    why: str  # what the brain read and why it chose this, for the trace
+    parents: tuple[str, ...] = ()  # idea ids it builds on
+
+
+@dataclass(frozen=True, slots=True)
+class _Board:
+    """One call's inputs, parsed once."""
+
+    source: str
+    version: int
+    constants: Mapping[str, Constant]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """A move's suggestion before it is written into the recipe."""
+
+    values: Mapping[str, Value]
+    tail: str  # the sentence after the description of the change: why this is worth a run
+    reason: str  # for the trace
+    parents: tuple[str, ...] = ()
+    lead: str = ""  # replaces the generated description of the changes when set
+
+
+def _positive(finding: Finding) -> bool:
+    return finding.delta is not None and finding.delta > 0
+
+
+def _gain(finding: Finding) -> float:
+    return finding.delta if finding.delta is not None else 0.0
+
+
+def _ratio(old: float, new: float) -> str:
+    if old == 0 or new == 0 or (old > 0) != (new > 0):
+        return ""
+    r = new / old
+    return f"x{r:.3g}" if r >= 1 else f"/{1 / r:.3g}"
+
+
+def _short(change: Change) -> str:
+    return f"{change.name} {change.old} -> {change.new}"
+
+
+def _step_text(change: Change) -> str:
+    old, new = parse_value(change.old), parse_value(change.new)
+    if isinstance(old, bool | tuple) or isinstance(new, bool | tuple):
+        return f"{change.old} -> {change.new}"
+    return _ratio(old, new) or f"{change.old} -> {change.new}"
+
+
+def _describe(change: Change, comment: str) -> str:
+    old, new = parse_value(change.old), parse_value(change.new)
+    if isinstance(new, bool):
+        text = f"Turn {change.name} {'on' if new else 'off'}"
+    elif isinstance(old, bool | tuple) or isinstance(new, tuple):
+        text = f"Change {change.name} from {change.old} to {change.new}"
+    else:
+        ratio = _ratio(old, new)
+        verb = "Raise" if new > old else "Lower"
+        text = f"{verb} {change.name} from {change.old} to {change.new}"
+        text += f" ({ratio})" if ratio else ""
+    return f"{text}: {comment}" if comment else text
+
+
+def _applies(change: Change, board: _Board) -> bool:
+    """The change was made from the champion's current value (not from an older one)."""
+    constant = board.constants.get(change.name)
+    return constant is not None and same_value(constant.value, parse_value(change.old))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= HYPOTHESIS_LIMIT else text[: HYPOTHESIS_LIMIT - 3] + "..."
+
+
+def _slots(board: _Board) -> list[tuple[str, int | None, Scalar, Kind]]:
+    """Every scalar a move can step: each constant, and each element of a tuple constant."""
+    slots: list[tuple[str, int | None, Scalar, Kind]] = []
+    for name, constant in board.constants.items():
+        value = constant.value
+        indices: Sequence[int | None] = range(len(value)) if isinstance(value, tuple) else [None]
+        for index in indices:
+            x = scalar_at(value, index)
+            kind = kind_of(name, x, in_tuple=index is not None)
+            if kind is not None:
+                slots.append((name, index, x, kind))
+    return slots
+
+
+class HeuristicBrain:
+    def __init__(
+        self, persona: Persona, seed: int, focus: float = PREFERRED_MOVE_PROBABILITY
+    ) -> None:
+        self.persona = persona
+        self.focus = focus  # probability of making the persona's own move first
+        self._rng = random.Random(seed)
+
+    def propose(
+        self,
+        champion_source: str,
+        champion_version: int,
+        findings: Sequence[Finding],
+        tried: Collection[str],
+    ) -> Proposal | None:
+        """A new, untried recipe built from the champion, or None if every move is spent."""
+        board = _Board(
+            champion_source, champion_version, constants(champion_source), tuple(findings)
+        )
+        moves = {
+            Persona.EXPLORER: self._explore,
+            Persona.EXPLOITER: self._exploit,
+            Persona.COMBINER: self._combine,
+            Persona.ABLATOR: self._ablate,
+        }
+        order = self._move_order()
+        for position, move in enumerate(order):
+            for draft in islice(moves[move](board), MAX_CANDIDATES_PER_MOVE):
+                source, changes = edit(champion_source, draft.values)
+                if not changes or fingerprint(source) in tried:
+                    continue
+                return self._proposal(board, draft, source, changes, move, order[:position])
+        return None
+
+    def _move_order(self) -> list[Persona]:
+        others = [p for p in Persona if p not in (self.persona, Persona.EXPLORER)]
+        self._rng.shuffle(others)
+        order = [self.persona, *others]
+        if self.persona is not Persona.EXPLORER:
+            order.append(Persona.EXPLORER)
+        if self._rng.random() >= self.focus:  # a detour: some other move first this time
+            detour = self._rng.choice(list(Persona))
+            order.remove(detour)
+            order.insert(0, detour)
+        return order
+
+    def _proposal(
+        self,
+        board: _Board,
+        draft: _Draft,
+        source: str,
+        changes: tuple[Change, ...],
+        move: Persona,
+        spent: Sequence[Persona],
+    ) -> Proposal:
+        lead = draft.lead or "; ".join(
+            _describe(c, board.constants[c.name].comment) for c in changes
+        )
+        positive = sum(
+            1 for f in board.findings if f.champion_version == board.version and _positive(f)
+        )
+        stacked = sum(1 for f in board.findings if f.stacked)
+        read = f"read {len(board.findings)} findings, {positive} gaining on v{board.version}"
+        read += f", {stacked} stacked"
+        how = self.persona.capitalize()
+        if move is not self.persona:
+            cause = "its own had nothing untried" if self.persona in spent else "for variety"
+            how += f" making a {move} move ({cause})"
+        return Proposal(
+            hypothesis=_clip(f"{lead}. {draft.tail}"),
+            source=source,
+            changes=changes,
+            persona=self.persona,
+            why=f"{how}: {draft.reason} ({read}).",
+            parents=draft.parents,
+        )
+
+    def _explore(self, board: _Board) -> Iterator[_Draft]:
+        # One constant drawn uniformly, then one of its steps; on retries, every other
+        # constant's next step before a second step of the same one.
+        plans: list[list[tuple[str, int | None, Scalar, Kind, float]]] = []
+        for name, index, x, kind in _slots(board):
+            if kind is Kind.FLAG:
+                steps = [0.0]
+            elif kind in (Kind.CHOICE, Kind.POW2):
+                steps = [math.log(2), -math.log(2)]
+            else:
+                steps = [s * math.log(f) for f in EXPLORER_FACTORS for s in (1, -1)]
+            self._rng.shuffle(steps)
+            plans.append([(name, index, x, kind, du) for du in steps])
+        self._rng.shuffle(plans)
+        for round_ in range(max((len(p) for p in plans), default=0)):
+            for plan in plans:
+                if round_ >= len(plan):
+                    continue
+                name, index, x, kind, du = plan[round_]
+                moved = step(name, kind, x, du)
+                if moved is None:
+                    continue
+                tested = [
+                    f
+                    for f in board.findings
+                    if f.champion_version == board.version
+                    and any(c.name == name for c in f.changes)
+                ]
+                tail = (
+                    f"{len(tested)} ideas moved it on v{board.version}, best gain "
+                    f"{max(_gain(f) for f in tested):.3g}."
+                    if tested
+                    else f"Untested on champion v{board.version}."
+                )
+                value = with_element(board.constants[name].value, index, moved)
+                yield _Draft({name: value}, tail, f"a random {kind} step on {name}")
+
+    def _exploit(self, board: _Board) -> Iterator[_Draft]:
+        winners = [
+            f
+            for f in board.findings
+            if (_positive(f) and f.champion_version == board.version)
+            or ((f.stacked or f.verdict in PROMOTED) and (f.delta is None or f.delta > 0))
+        ]
+        # Best gain first, with a little noise so two exploiters do not chase the same idea.
+        winners.sort(key=lambda f: _gain(f) * self._rng.uniform(0.7, 1.0), reverse=True)
+        for finding in winners:
+            changes = list(finding.changes)
+            self._rng.shuffle(changes)
+            for change in changes:
+                yield from self._push(board, finding, change)
+
+    def _push(self, board: _Board, finding: Finding, change: Change) -> Iterator[_Draft]:
+        if change.name not in board.constants:
+            return
+        old, new = parse_value(change.old), parse_value(change.new)
+        current = board.constants[change.name].value
+        adopted = not same_value(current, old)  # stacked, or moved since; push from where it is
+        anchor = current if adopted else new
+        for index in moved_indices(old, new, anchor):
+            a, b, x = scalar_at(old, index), scalar_at(new, index), scalar_at(anchor, index)
+            kind = kind_of(change.name, x, in_tuple=index is not None)
+            du = distance(kind, a, b) if kind is not None else None
+            if kind is None or kind is Kind.FLAG or du is None:
+                continue  # a flag cannot go further than flipped
+            fractions = [*PUSH_FRACTIONS] + ([] if adopted else [-0.5])  # -0.5: in between
+            if self._rng.random() < 0.3:
+                self._rng.shuffle(fractions)
+            for k in fractions:
+                moved = step(change.name, kind, x, k * du)
+                if moved is not None:
+                    value = with_element(anchor, index, moved)
+                    tail = (
+                        f"Exploiting {finding.idea_id} whose {_step_text(change)} step "
+                        f"gained {_gain(finding):.3g}."
+                    )
+                    reason = f"pushing {change.name} the way {finding.idea_id} moved it"
+                    yield _Draft({change.name: value}, tail, reason, (finding.idea_id,))
+
+    def _combine(self, board: _Board) -> Iterator[_Draft]:
+        pool = [
+            f
+            for f in board.findings
+            if f.champion_version == board.version
+            and _positive(f)
+            and not f.stacked
+            and f.verdict in NEAR_MISS
+            and all(_applies(c, board) for c in f.changes)
+        ]
+        pairs = [
+            (a, b)
+            for i, a in enumerate(pool)
+            for b in pool[i + 1 :]
+            if {c.name for c in a.changes}.isdisjoint(c.name for c in b.changes)
+        ]
+        pairs.sort(key=lambda p: (_gain(p[0]) + _gain(p[1])) * self._rng.uniform(0.7, 1.0))
+        for a, b in reversed(pairs):
+            values = {c.name: parse_value(c.new) for f in (a, b) for c in f.changes}
+            lead = "Combine " + " with ".join(
+                f"{f.idea_id} ({', '.join(_short(c) for c in f.changes)}, gained {_gain(f):.3g})"
+                for f in (a, b)
+            )
+            tail = "Gains on different constants may add up."
+            reason = f"merging near-misses {a.idea_id} and {b.idea_id}"
+            yield _Draft(values, tail, reason, (a.idea_id, b.idea_id), lead)
+
+    def _ablate(self, board: _Board) -> Iterator[_Draft]:
+        stacked = [f for f in board.findings if f.stacked]
+        # The smallest gains first: those are the likeliest passengers.
+        stacked.sort(key=lambda f: _gain(f) * self._rng.uniform(1.0, 1.5))
+        for finding in stacked:
+            for change in finding.changes:
+                constant = board.constants.get(change.name)
+                old = parse_value(change.old)
+                if constant is None or same_value(constant.value, old):
+                    continue
+                tail = (
+                    f"Ablating {finding.idea_id} (stacked, gained {_gain(finding):.3g} at tier "
+                    f"{finding.tier}): does it still pull its weight?"
+                )
+                reason = f"reverting {change.name} from stacked {finding.idea_id}"
+                yield _Draft({change.name: old}, tail, reason, (finding.idea_id,))

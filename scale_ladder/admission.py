@@ -1,0 +1,85 @@
+"""Admitting an idea's patch: it applies strictly to the champion, touches only the editable
+file, compiles, changes something; and carrying a patch over to a new champion (rebase)."""
+
+from __future__ import annotations
+
+import difflib
+
+from training.patching import PatchRefused, apply
+
+
+class NotAdmitted(ValueError):
+    pass
+
+
+def patched_source(source: str, patch: str, editable: str) -> str:
+    """The editable file after the patch, or NotAdmitted saying why not."""
+    if not patch.strip():
+        raise NotAdmitted("empty patch: the idea changes nothing")
+    try:
+        new = apply(source, patch, editable)
+    except PatchRefused as exc:
+        raise NotAdmitted(f"patch refused: {exc}") from None
+    if new == source:
+        raise NotAdmitted("the patch changes nothing")
+    try:
+        compile(new, editable, "exec")
+    except SyntaxError as exc:
+        why = f"the patched {editable} does not compile: {exc.msg} (line {exc.lineno})"
+        raise NotAdmitted(why) from None
+    return new
+
+
+def diff(old: str, new: str, editable: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(True), new.splitlines(True), f"a/{editable}", f"b/{editable}"
+        )
+    )
+
+
+def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> str:
+    """The same change expressed against a new champion; NotAdmitted if it no longer fits.
+
+    The patch applies strictly where it still can. Otherwise its edits are carried over one by
+    one, ignoring context lines: each edit's removed lines (or, for a pure insertion, the line
+    before it) must occur exactly once in the new champion. So an idea touching other lines
+    than the stacked change survives it; one touching the same lines becomes STALE.
+    """
+    try:
+        return diff(new_champion, patched_source(new_champion, patch, editable), editable)
+    except NotAdmitted:
+        pass
+    wanted = patched_source(old_champion, patch, editable)
+    if wanted == new_champion:
+        raise NotAdmitted("the new champion already contains this change")
+    before, after = old_champion.splitlines(True), wanted.splitlines(True)
+    target = new_champion.splitlines(True)
+    edits = difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in reversed(edits):  # from the end, so earlier indexes hold
+        if tag == "equal":
+            continue
+        anchor = before[i1:i2] if i2 > i1 else before[max(0, i1 - 1) : i1]
+        at = _unique(target, anchor)
+        if at is None:
+            what = "".join(anchor).strip()[:80] or "the start of the file"
+            raise NotAdmitted(f"its edit at `{what}` conflicts with the new champion")
+        if i2 > i1:
+            target[at : at + len(anchor)] = after[j1:j2]
+        else:
+            target[at + len(anchor) : at + len(anchor)] = after[j1:j2]
+    new = "".join(target)
+    if new == new_champion:
+        raise NotAdmitted("the new champion already contains this change")
+    return diff(
+        new_champion,
+        patched_source(new_champion, diff(new_champion, new, editable), editable),
+        editable,
+    )
+
+
+def _unique(lines: list[str], block: list[str]) -> int | None:
+    if not block:
+        return 0
+    hits = [i for i in range(len(lines) - len(block) + 1) if lines[i : i + len(block)] == block]
+    return hits[0] if len(hits) == 1 else None

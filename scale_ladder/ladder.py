@@ -1,0 +1,481 @@
+"""The ladder as a fold over the swarm's events, and the actions that state calls for.
+
+`observe(message)` folds one event in; `act()` returns the messages the state now calls for
+(RunSpecs, Decisions, ChampionChanges), observing each as it makes it. Everything the ladder does
+is one of those events, and the state is driven by them, so replaying the event stream (or the
+ledger's rows) rebuilds it; their ids derive from what they are about (idea, version, tier, seed),
+so an action repeated after a crash is dropped by JetStream and by the ledger's keys.
+
+The flow of one idea: NEW → admitted (tier-0 RunSpecs on the current champion, or REFUSED) →
+TESTING at tier k until its seeds and the baseline's are in → rules.decide: RETEST (more seeds),
+REJECT, or PROMOTE (tier k+1, or at the top: PROMOTED → [HELD → approved] → stacked into a new
+champion version). A new champion rebases every idea still in play onto it (back to tier 0) or
+marks it STALE, and re-baselines every tier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bus.champion_store import fingerprint, recipe_sha
+from bus.messages import (
+    ChampionChange,
+    ChangeKind,
+    Decision,
+    Idea,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    Verdict,
+)
+from scale_ladder.admission import NotAdmitted, diff, patched_source, rebase
+from scale_ladder.rules import Evidence, Outcome, decide, paired_gains, pooled_sigma
+from scale_ladder.tiers import Tier
+
+SEED_STRIDE = 1000  # tier k runs seeds k·1000 + i: every tier re-tests on fresh seeds
+BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
+
+
+def tier_seed(tier: int, i: int) -> int:
+    return tier * SEED_STRIDE + i
+
+
+class Phase(enum.StrEnum):
+    NEW = "new"  # waiting for admission
+    TESTING = "testing"  # running at `tier` on `version`
+    PROMOTED = "promoted"  # passed the top tier
+    HELD = "held"  # passed the top tier, waits for a person
+    APPROVED = "approved"  # a person approved it: stack it
+    DONE = "done"  # refused, rejected, stale, or stacked
+
+
+@dataclass
+class IdeaState:
+    idea: Idea
+    phase: Phase = Phase.NEW
+    version: int = 0  # the champion version it is tested on (after rebases)
+    patch: str = ""  # its patch against that version
+    tier: int = 0
+
+
+class LadderRefusal(ValueError):
+    """A person's request (approve, reject, revert) that the state does not allow."""
+
+
+@dataclass
+class Ladder:
+    tiers: Sequence[Tier]
+    editable: str
+    initial_source: str
+    target: str = "bytelm"
+    lower_is_better: bool = True
+    require_approval: bool = False
+    champions: dict[int, ChampionChange] = field(default_factory=dict)
+    ideas: dict[str, IdeaState] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    # (idea_id or "" for the baseline, version, tier) -> seeds requested / results per seed
+    requested: dict[tuple[str, int, int], set[int]] = field(
+        default_factory=lambda: defaultdict(set)
+    )
+    results: dict[tuple[str, int, int], dict[int, RunResult]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    # (version, tier, seed) -> baseline RunSpecs made / their results in
+    baseline_tries: dict[tuple[int, int, int], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+    baseline_finished: dict[tuple[int, int, int], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+    fingerprints: dict[tuple[int, str], str] = field(default_factory=dict)  # -> first idea id
+    # (version, tier) -> mean gain of each idea the rules decided there (the rank gate's peers)
+    gains: dict[tuple[int, int], dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
+    baselines_dirty: bool = True
+    _out: list[Message] = field(default_factory=list)
+
+    @property
+    def current(self) -> int:
+        return max(self.champions, default=0)
+
+    @property
+    def top(self) -> int:
+        return len(self.tiers) - 1
+
+    # --- folding events in ------------------------------------------------------------------
+
+    def observe(self, message: Message) -> None:
+        if message.event_id in self.seen:
+            return
+        self.seen.add(message.event_id)
+        if isinstance(message, Idea):
+            self.ideas.setdefault(message.idea_id, IdeaState(message))
+            self.dirty[message.idea_id] = None
+        elif isinstance(message, RunSpec):
+            self._observe_spec(message)
+        elif isinstance(message, RunResult):
+            self._observe_result(message)
+        elif isinstance(message, Decision):
+            self._observe_decision(message)
+        elif isinstance(message, ChampionChange):
+            self._observe_champion(message)
+
+    def _observe_spec(self, spec: RunSpec) -> None:
+        self.requested[(spec.idea_id, spec.champion_version, spec.tier)].add(spec.seed)
+        if not spec.idea_id:
+            self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1
+            return
+        self.baselines_dirty = True  # the baseline may need this seed too
+        state = self.ideas.get(spec.idea_id)
+        if state is None or spec.champion_version < state.version:
+            return
+        if state.phase is Phase.NEW or spec.champion_version > state.version:
+            champion = self.champions.get(spec.champion_version)
+            if champion is not None:
+                with contextlib.suppress(NotAdmitted):  # only the ladder's own specs count
+                    source = patched_source(champion.source, spec.patch, self.editable)
+                    key = (spec.champion_version, fingerprint(source))
+                    self.fingerprints.setdefault(key, spec.idea_id)
+        state.phase, state.version, state.patch = Phase.TESTING, spec.champion_version, spec.patch
+        state.tier = spec.tier
+
+    def _observe_result(self, result: RunResult) -> None:
+        slot = self.results[(result.idea_id, result.champion_version, result.tier)]
+        previous = slot.get(result.seed)
+        if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try
+            slot[result.seed] = result
+        if result.idea_id:
+            self.dirty[result.idea_id] = None
+        else:  # a baseline result may complete the pairs of every idea at that tier
+            self.baseline_finished[(result.champion_version, result.tier, result.seed)] += 1
+            self.baselines_dirty = True
+            for idea_id, state in self.ideas.items():
+                if state.phase is Phase.TESTING and state.tier == result.tier:
+                    self.dirty[idea_id] = None
+
+    def _observe_decision(self, decision: Decision) -> None:
+        state = self.ideas.get(decision.idea_id)
+        if state is None:
+            return
+        verdict, by_rules = decision.verdict, decision.decided_by == "ladder"
+        if by_rules and verdict in (Verdict.PROMOTE, Verdict.REJECT) and decision.delta is not None:
+            key = (decision.champion_version, decision.tier)
+            self.gains[key][decision.idea_id] = decision.delta
+        if verdict in (Verdict.REJECT, Verdict.REFUSED, Verdict.STALE):
+            state.phase = Phase.DONE
+        elif verdict is Verdict.HELD:
+            state.phase = Phase.HELD
+        elif verdict is Verdict.PROMOTE and decision.tier == self.top:
+            state.phase = Phase.PROMOTED if by_rules else Phase.APPROVED
+        self.dirty[decision.idea_id] = None
+
+    def _observe_champion(self, change: ChampionChange) -> None:
+        self.champions[change.version] = change
+        if change.idea_id in self.ideas and change.kind is ChangeKind.STACK:
+            self.ideas[change.idea_id].phase = Phase.DONE
+        if change.version == self.current:
+            self.baselines_dirty = True
+            for idea_id, state in self.ideas.items():
+                if state.phase is not Phase.DONE:
+                    self.dirty[idea_id] = None
+
+    # --- acting ---------------------------------------------------------------------------
+
+    def act(self) -> list[Message]:
+        """What the state calls for now: each message is observed as it is made."""
+        if not self.champions:
+            source = self.initial_source
+            self._emit(
+                ChampionChange(
+                    1, 0, ChangeKind.INITIAL, recipe_sha(source), reason="initial", source=source
+                )
+            )
+        while self.dirty:
+            idea_id = next(iter(self.dirty))
+            del self.dirty[idea_id]
+            self._advance(self.ideas[idea_id])
+        if self.baselines_dirty:
+            self.baselines_dirty = False
+            self._baselines()
+        out, self._out = self._out, []
+        return out
+
+    def _emit(self, message: Message) -> None:
+        self.observe(message)
+        self._out.append(message)
+
+    def _advance(self, state: IdeaState) -> None:
+        if state.phase is Phase.DONE:
+            return
+        if state.phase is Phase.NEW:
+            self._admit(state)
+        elif state.version < self.current:
+            self._carry_over(state)
+        elif state.phase is Phase.TESTING:
+            self._try_decide(state)
+        elif state.phase is Phase.PROMOTED and self.require_approval:
+            self._decide(state, Verdict.HELD, "passed the top tier; waits for `swarm approve`")
+        elif state.phase in (Phase.PROMOTED, Phase.APPROVED):
+            self._stack(state)
+
+    def _admit(self, state: IdeaState) -> None:
+        idea = state.idea
+        if idea.target != self.target:
+            self._refuse(
+                state, f"idea is for target {idea.target!r}, the swarm runs {self.target!r}"
+            )
+            return
+        base = self.champions.get(idea.champion_version)
+        if base is None:
+            self._refuse(state, f"no champion v{idea.champion_version} (current: v{self.current})")
+            return
+        try:
+            patch = idea.patch
+            patched_source(base.source, patch, self.editable)
+            if idea.champion_version < self.current:
+                new = self.champions[self.current].source
+                patch = rebase(patch, base.source, new, self.editable)
+        except NotAdmitted as exc:
+            verdict = Verdict.REFUSED if idea.champion_version == self.current else Verdict.STALE
+            self._decide(state, verdict, str(exc), version=self.current)
+            return
+        if self._is_duplicate(state, patch):
+            return
+        self._request(state.idea.idea_id, self.current, 0, patch, self.tiers[0].seeds)
+
+    def _is_duplicate(self, state: IdeaState, patch: str) -> bool:
+        source = patched_source(self.champions[self.current].source, patch, self.editable)
+        earlier = self.fingerprints.get((self.current, fingerprint(source)))
+        if earlier is None or earlier == state.idea.idea_id:
+            return False
+        other = self.ideas.get(earlier)
+        where = f"at tier {other.tier}, {other.phase.value}" if other else ""
+        self._refuse(
+            state,
+            f"duplicate of {earlier} ({where}) on champion v{self.current}",
+            details=json.dumps({"duplicate_of": earlier}),
+        )
+        return True
+
+    def _carry_over(self, state: IdeaState) -> None:
+        """The champion moved on: test the idea again on it from tier 0, or mark it STALE."""
+        try:
+            old, new = self.champions[state.version].source, self.champions[self.current].source
+            patch = rebase(state.patch, old, new, self.editable)
+        except NotAdmitted as exc:
+            why = f"champion moved from v{state.version} to v{self.current}: {exc}"
+            self._decide(state, Verdict.STALE, why, version=self.current)
+            return
+        if not self._is_duplicate(state, patch):
+            self._request(state.idea.idea_id, self.current, 0, patch, self.tiers[0].seeds)
+
+    def _try_decide(self, state: IdeaState) -> None:
+        key = (state.idea.idea_id, state.version, state.tier)
+        wanted, got = self.requested[key], self.results[key]
+        if not wanted <= got.keys():
+            return
+        failed = [r for r in got.values() if r.status is not RunStatus.OK or r.metric is None]
+        if failed:
+            r = failed[0]
+            why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
+            self._decide(state, Verdict.REJECT, why, n=len(got))
+            return
+        baseline = self.results[("", state.version, state.tier)]
+        pairs: dict[int, float] = {}
+        for seed in wanted:
+            if self._baseline_ok(state.version, state.tier, seed):
+                pairs[seed] = baseline[seed].metric  # type: ignore[assignment]
+            elif self.baseline_finished[(state.version, state.tier, seed)] < BASELINE_ATTEMPTS:
+                return  # the baseline of this seed is still coming (or will be tried again)
+        outcome = decide(self.tiers[state.tier].rule, self._evidence(state, pairs))
+        self._apply(state, outcome, pairs)
+
+    def _evidence(self, state: IdeaState, pairs: dict[int, float]) -> Evidence:
+        key = (state.idea.idea_id, state.version, state.tier)
+        idea = {s: r.metric for s, r in self.results[key].items() if r.metric is not None}
+        baseline = self.results[("", state.version, state.tier)]
+        base = {s: r.metric for s, r in baseline.items() if r.metric is not None}
+        groups = []
+        for (other, version, tier), runs in self.results.items():
+            if other and version == state.version and tier == state.tier:
+                mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
+                groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
+        peers = [g for i, g in self.gains[(state.version, state.tier)].items() if i != key[0]]
+        return Evidence(idea, pairs, pooled_sigma(groups), peers, self.lower_is_better)
+
+    def _apply(self, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
+        key = (state.idea.idea_id, state.version, state.tier)
+        numbers = {
+            "seeds": sorted(pairs),
+            "idea": [self.results[key][s].metric for s in sorted(pairs)],
+            "baseline": [pairs[s] for s in sorted(pairs)],
+        }
+        have = len(self.requested[key])
+        verdict = outcome.verdict
+        if verdict is Verdict.RETEST and outcome.seeds_wanted <= have:
+            verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
+        self._decide(
+            state,
+            verdict,
+            outcome.rule,
+            delta=outcome.delta,
+            sigma=outcome.sigma,
+            n=outcome.n,
+            details=json.dumps(numbers),
+            seeds_wanted=outcome.seeds_wanted if verdict is Verdict.RETEST else 0,
+        )
+        if verdict is Verdict.RETEST:
+            self._request(key[0], state.version, state.tier, state.patch, outcome.seeds_wanted)
+        elif verdict is Verdict.PROMOTE and state.tier < self.top:
+            nxt = state.tier + 1
+            self._request(key[0], state.version, nxt, state.patch, self.tiers[nxt].seeds)
+        elif verdict is Verdict.PROMOTE:
+            self._advance(state)  # PROMOTED: hold for a person, or stack now
+
+    def _stack(self, state: IdeaState) -> None:
+        current = self.champions[self.current]
+        source = patched_source(current.source, state.patch, self.editable)
+        reason = f"stacked {state.idea.idea_id}: {state.idea.hypothesis}"[:2000]
+        self._emit(
+            ChampionChange(
+                current.version + 1,
+                current.version,
+                ChangeKind.STACK,
+                recipe_sha(source),
+                idea_id=state.idea.idea_id,
+                patch=state.patch,
+                reason=reason,
+                source=source,
+            )
+        )
+
+    def _baselines(self) -> None:
+        """The champion on every seed any idea needs at each tier (eagerly: its first seeds).
+        A failed baseline run is tried again, up to BASELINE_ATTEMPTS times per seed."""
+        version = self.current
+        for tier in self.tiers:
+            needed = {tier_seed(tier.index, i) for i in range(tier.seeds)}
+            for (idea_id, v, t), seeds in self.requested.items():
+                if idea_id and v == version and t == tier.index:
+                    needed |= seeds
+            for seed in sorted(needed):
+                tries = self.baseline_tries[(version, tier.index, seed)]
+                if self._baseline_ok(version, tier.index, seed) or tries >= BASELINE_ATTEMPTS:
+                    continue
+                if tries > self.baseline_finished[(version, tier.index, seed)]:
+                    continue  # an attempt is still running
+                self._emit(self._spec("", version, tier.index, seed, "", attempt=tries))
+
+    def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:
+        result = self.results[("", version, tier)].get(seed)
+        return result is not None and result.status is RunStatus.OK and result.metric is not None
+
+    # --- what people may ask ----------------------------------------------------------------
+
+    def approve(self, idea_id: str, who: str) -> list[Message]:
+        state = self._held(idea_id)
+        self._decide(state, Verdict.PROMOTE, f"approved by {who}", by=who)
+        return self.act()
+
+    def reject(self, idea_id: str, who: str) -> list[Message]:
+        state = self._held(idea_id)
+        self._decide(state, Verdict.REJECT, f"rejected by {who}", by=who)
+        return self.act()
+
+    def revert(self, version: int, who: str) -> list[Message]:
+        if version not in self.champions:
+            raise LadderRefusal(f"no champion v{version} (versions 1..{self.current})")
+        current = self.champions[self.current]
+        source = self.champions[version].source
+        if source == current.source:
+            raise LadderRefusal(f"v{version} is the same recipe as the current v{current.version}")
+        self._emit(
+            ChampionChange(
+                current.version + 1,
+                current.version,
+                ChangeKind.REVERT,
+                recipe_sha(source),
+                patch=diff(current.source, source, self.editable),
+                reason=f"reverted to v{version} by {who}",
+                source=source,
+            )
+        )
+        return self.act()
+
+    def _held(self, idea_id: str) -> IdeaState:
+        state = self.ideas.get(idea_id)
+        if state is None:
+            raise LadderRefusal(f"no idea {idea_id}")
+        if state.phase is not Phase.HELD:
+            raise LadderRefusal(
+                f"{idea_id} is not waiting for approval (it is {state.phase.value})"
+            )
+        return state
+
+    # --- making messages ------------------------------------------------------------------
+
+    def _request(self, idea_id: str, version: int, tier: int, patch: str, seeds: int) -> None:
+        have = self.requested[(idea_id, version, tier)]
+        for i in range(seeds):
+            seed = tier_seed(tier, i)
+            if seed not in have:
+                self._emit(self._spec(idea_id, version, tier, seed, patch))
+
+    def _spec(
+        self, idea_id: str, version: int, tier: int, seed: int, patch: str, attempt: int = 0
+    ) -> RunSpec:
+        t = self.tiers[tier]
+        who = idea_id or "base"
+        suffix = f"-a{attempt}" if attempt else ""
+        return RunSpec(
+            run_id=f"run-{who}-v{version}-t{tier}-s{seed}{suffix}",
+            tier=tier,
+            seed=seed,
+            champion_version=version,
+            budget_kind=t.budget_kind,
+            budget=t.budget,
+            idea_id=idea_id,
+            patch=patch,
+            target=self.target,
+            dials=t.dials,
+            time_limit_s=t.time_limit_s,
+            eval_tokens=t.eval_tokens,
+        )
+
+    def _refuse(self, state: IdeaState, why: str, details: str = "") -> None:
+        self._decide(state, Verdict.REFUSED, why, version=self.current, details=details)
+
+    def _decide(
+        self,
+        state: IdeaState,
+        verdict: Verdict,
+        rule: str,
+        version: int | None = None,
+        n: int = 0,
+        by: str = "ladder",
+        **numbers: object,
+    ) -> None:
+        v = state.version if version is None else version
+        tier = 0 if state.phase is Phase.NEW else state.tier
+        tag = verdict.value.lower() if by == "ladder" else f"{verdict.value.lower()}-by-person"
+        self._emit(
+            Decision(
+                decision_id=f"dec-{state.idea.idea_id}-v{v}-t{tier}-{tag}-n{n}",
+                idea_id=state.idea.idea_id,
+                tier=tier,
+                verdict=verdict,
+                champion_version=v,
+                rule=rule,
+                n=n,
+                decided_by=by,
+                **numbers,  # type: ignore[arg-type]
+            )
+        )

@@ -1,0 +1,160 @@
+"""The ladder process: replays the event stream into a Ladder, then acts on what arrives.
+
+At start it reads SWARM_EVENTS from the first message (an ordered consumer), folding ideas,
+RunSpecs, results, decisions and champion changes into the state without acting, so a restarted
+ladder knows everything it already did. Once it has caught up with the stream as it was at start,
+it acts after every burst of events: RunSpecs go to the work queue (and the event stream),
+Decisions and ChampionChanges to the event stream, champion sources to the champion store first.
+Publishing retries until it succeeds: ids are deterministic, so a retry never duplicates.
+
+People talk to it by request/reply on `swarm.ladder.control` (approve, reject, revert).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import DeliverPolicy
+
+from bus.champion_store import ChampionStore
+from bus.codec import CodecError, decode
+from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
+from bus.nats_bus import enqueue_run, publish_event
+from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, LADDER_CONTROL_SUBJECT
+from scale_ladder.ladder import Ladder, LadderRefusal
+
+log = logging.getLogger(__name__)
+
+FOLDED_KINDS = frozenset({"idea", "run_spec", "run_result", "decision", "champion_change"})
+RETRY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LadderOptions:
+    max_message_bytes: int = 8 * 1024 * 1024
+
+
+class LadderService:
+    def __init__(self, nc: Client, ladder: Ladder, options: LadderOptions) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.ladder = ladder
+        self.options = options
+        self.store = ChampionStore(self.js)
+        self.caught_up = asyncio.Event()
+        self._inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        self._lock = asyncio.Lock()  # one act-and-publish at a time
+
+    async def run(self, stop: asyncio.Event) -> None:
+        info = await self.js.stream_info(EVENTS_STREAM)
+        start_seq = info.state.last_seq
+        replay = await self.js.subscribe(
+            EVENTS_SUBJECTS,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.ALL,
+            cb=self._inbox.put,
+        )
+        control = await self.nc.subscribe(LADDER_CONTROL_SUBJECT, cb=self._control)
+        if start_seq == 0:
+            self.caught_up.set()
+        await self._announce(AgentEventKind.JOINED, f"replaying {start_seq} events")
+        try:
+            stopper = asyncio.ensure_future(stop.wait())
+            while not stop.is_set():
+                getter = asyncio.ensure_future(self._inbox.get())
+                done, _ = await asyncio.wait(
+                    {getter, stopper}, timeout=1.0, return_when="FIRST_COMPLETED"
+                )
+                if getter not in done:
+                    getter.cancel()
+                    if self.caught_up.is_set():
+                        await self._act()
+                    continue
+                self._fold(getter.result(), start_seq)
+                while not self._inbox.empty():
+                    self._fold(self._inbox.get_nowait(), start_seq)
+                if self.caught_up.is_set():
+                    await self._act()
+            stopper.cancel()
+        finally:
+            await self._announce(AgentEventKind.LEFT, f"{len(self.ladder.ideas)} ideas seen")
+            for sub in (replay, control):
+                await _quietly_unsubscribe(sub)
+
+    def _fold(self, msg: Msg, start_seq: int) -> None:
+        if msg.subject.rpartition(".")[2] in FOLDED_KINDS:
+            try:
+                self.ladder.observe(decode(msg.data, self.options.max_message_bytes))
+            except CodecError:
+                pass  # the ledger records it as a dead letter
+            except Exception:  # one event must not stop the ladder (it would on every replay)
+                log.exception("could not fold event %d", msg.metadata.sequence.stream)
+        if msg.metadata.sequence.stream >= start_seq and not self.caught_up.is_set():
+            log.info("ladder caught up at event %d", msg.metadata.sequence.stream)
+            self.caught_up.set()
+
+    async def _act(self) -> None:
+        async with self._lock:
+            await self._publish(self.ladder.act())
+
+    async def _publish(self, messages: list[Message]) -> None:
+        for message in messages:
+            while True:
+                try:
+                    await self._publish_one(message)
+                    break
+                except Exception as exc:  # the bus is down or slow: the state already has it
+                    log.warning("publishing %s failed (%s); retrying", message.event_id, exc)
+                    await asyncio.sleep(RETRY_S)
+
+    async def _publish_one(self, message: Message) -> None:
+        if isinstance(message, RunSpec):
+            await enqueue_run(self.js, message)
+        elif isinstance(message, ChampionChange):
+            await self.store.put(message.version, message.source)
+            await publish_event(self.js, message)
+            await self.store.set_current(message.version)
+            log.info("champion v%d (%s): %s", message.version, message.kind, message.reason)
+        else:
+            await publish_event(self.js, message)
+
+    async def _control(self, msg: Msg) -> None:
+        """approve / reject an idea held at the top tier, or revert the champion to a version."""
+        try:
+            request = json.loads(msg.data)
+            action, who = request["action"], str(request.get("who") or "someone")
+            await self.caught_up.wait()
+            async with self._lock:
+                if action == "approve":
+                    out = self.ladder.approve(str(request["idea_id"]), who)
+                elif action == "reject":
+                    out = self.ladder.reject(str(request["idea_id"]), who)
+                elif action == "revert":
+                    out = self.ladder.revert(int(request["version"]), who)
+                else:
+                    raise LadderRefusal(f"unknown action {action!r}")
+                await self._publish(out)
+            answer = {"ok": True, "done": [m.event_id for m in out]}
+        except (LadderRefusal, KeyError, ValueError, TypeError) as exc:
+            answer = {"ok": False, "error": str(exc).strip("'\"")}
+        await msg.respond(json.dumps(answer).encode())
+
+    async def _announce(self, kind: AgentEventKind, detail: str) -> None:
+        event = AgentEvent(new_id("ev"), "ladder", kind, role="ladder", detail=detail)
+        try:
+            await publish_event(self.js, event)
+        except Exception as exc:
+            log.warning("could not announce %s: %s", kind.value, exc)
+
+
+async def _quietly_unsubscribe(sub: Subscription) -> None:
+    try:
+        await sub.unsubscribe()
+    except Exception as exc:  # closing anyway
+        log.debug("unsubscribe: %s", exc)

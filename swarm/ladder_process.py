@@ -1,0 +1,60 @@
+"""`swarm ladder`: the scale ladder as its own process (started and restarted by `swarm start`).
+
+Exactly one ladder runs per swarm: it is the only maker of RunSpecs, Decisions and champion
+versions. It needs no torch: only the target's name, editable file, direction and first recipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from bus.nats_bus import connect
+from scale_ladder.ladder import Ladder
+from scale_ladder.service import LadderOptions, LadderService
+from scale_ladder.tiers import load_ladder
+from swarm.config import ConfigError, SwarmConfig
+from swarm.event_loop import stop_on_signals
+from swarm.ledger_process import SwarmNotRunning
+from swarm.workspace import Workspace
+from training.target_info import BYTELM, TargetInfo
+
+
+def target_info(config: SwarmConfig) -> TargetInfo:
+    t = config.target
+    if t.kind == "bytelm":
+        return BYTELM
+    if not t.edit or not t.metric:
+        raise ConfigError("--target command needs --edit and --metric (target.edit, target.metric)")
+    path = Path(t.project) / t.edit
+    if not path.is_file():
+        raise ConfigError(f"--edit {t.edit}: no such file in {t.project}")
+    return TargetInfo("command", t.edit, t.metric, t.direction == "minimize", path)
+
+
+def make_ladder(config: SwarmConfig) -> Ladder:
+    info = target_info(config)
+    ladder = load_ladder(Path(config.ladder.path))
+    return Ladder(
+        ladder.tiers,
+        info.editable,
+        info.initial_source(),
+        target=info.name,
+        lower_is_better=info.lower_is_better,
+        require_approval=ladder.require_approval,
+    )
+
+
+async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:
+    settings = workspace.read_bus_settings()
+    if settings is None:
+        raise SwarmNotRunning(f"no bus settings in {workspace.bus_file}: is the swarm started?")
+    ladder = make_ladder(config)
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    nc = await connect(settings, "ladder", config.bus.connect_timeout_s)
+    try:
+        options = LadderOptions(max_message_bytes=config.bus.max_payload_bytes)
+        await LadderService(nc, ladder, options).run(stop)
+    finally:
+        await nc.close()

@@ -1,0 +1,165 @@
+"""The progress plot: one panel per tier, every experiment in the order it finished.
+
+Grey dots are idea runs, dark diamonds the champion's baseline runs, the step line the champion's
+level (the mean of its baseline runs at that tier, per champion version), red the runs of ideas
+that were later stacked into the champion, and orange ticks along the bottom the failed runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+
+from swarm.report_data import ReportData, RunPoint
+
+IDEA_COLOR = "#9e9e9e"
+CHAMPION_COLOR = "#1f3b73"
+STACKED_COLOR = "#d62728"
+FAILED_COLOR = "#e08000"
+PANEL_HEIGHT = 3.2  # inches per tier
+DPI = 100
+
+
+def plot_progress(data: ReportData, path: Path) -> None:
+    """Write the PNG to `path`; a ledger without runs gets a PNG that says so."""
+    tiers = sorted({run.tier for run in data.runs})
+    if not tiers:
+        fig, ax = plt.subplots(figsize=(6, 2))
+        try:
+            ax.axis("off")
+            ax.text(0.5, 0.5, "no runs yet", ha="center", va="center", fontsize=16)
+            fig.savefig(path, dpi=DPI, format="png")
+        finally:
+            plt.close(fig)
+        return
+    stacked = {c.idea_id: c.version for c in data.champions if c.idea_id}
+    fig, axes = plt.subplots(
+        len(tiers), 1, figsize=(10, PANEL_HEIGHT * len(tiers)), squeeze=False, layout="constrained"
+    )
+    try:
+        for ax, tier in zip(axes[:, 0], tiers, strict=True):
+            runs = [run for run in data.runs if run.tier == tier]
+            _panel(ax, tier, runs, stacked, data.metric_name, data.lower_is_better)
+        fig.savefig(path, dpi=DPI, format="png")
+    finally:
+        plt.close(fig)
+
+
+def _panel(
+    ax: Axes,
+    tier: int,
+    runs: list[RunPoint],
+    stacked: dict[str, int],
+    metric_name: str,
+    lower_is_better: bool,
+) -> None:
+    ideas: list[tuple[int, float]] = []
+    baselines: list[tuple[int, float]] = []
+    winners: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    failed: list[int] = []
+    for x, run in enumerate(runs, start=1):
+        if not run.ok or run.metric is None:
+            failed.append(x)
+        elif not run.idea_id:
+            baselines.append((x, run.metric))
+        elif run.idea_id in stacked:
+            winners[run.idea_id].append((x, run.metric))
+        else:
+            ideas.append((x, run.metric))
+
+    if ideas:
+        xs, ys = zip(*ideas, strict=True)
+        ax.scatter(xs, ys, s=9, color=IDEA_COLOR, alpha=0.7, linewidths=0, label="idea run")
+    if baselines:
+        xs, ys = zip(*baselines, strict=True)
+        ax.scatter(xs, ys, s=26, marker="D", color=CHAMPION_COLOR, label="champion baseline run")
+    _champion_steps(ax, runs)
+    for n, (idea_id, points) in enumerate(winners.items()):
+        xs, ys = zip(*points, strict=True)
+        label = "idea later stacked into champion" if n == 0 else None
+        ax.scatter(xs, ys, s=34, color=STACKED_COLOR, edgecolors="black", lw=0.5, label=label)
+        best = min(points, key=lambda p: p[1] if lower_is_better else -p[1])
+        text = f"v{stacked[idea_id]}: {idea_id[:24]}"
+        ax.annotate(
+            text,
+            best,
+            xytext=(5, 5),
+            textcoords="offset points",
+            fontsize=7,
+            color=STACKED_COLOR,
+            fontweight="bold",
+        )
+    if failed:
+        ax.plot(
+            failed,
+            [0.02] * len(failed),
+            linestyle="none",
+            marker="|",
+            markersize=8,
+            color=FAILED_COLOR,
+            transform=ax.get_xaxis_transform(),
+            label="failed run",
+        )
+    if not (ideas or baselines or winners):
+        ax.text(0.5, 0.5, "no successful runs", ha="center", va="center", transform=ax.transAxes)
+
+    ok = len(runs) - len(failed)
+    n_ideas = len({run.idea_id for run in runs if run.idea_id})
+    ax.set_title(
+        f"tier {tier}: {len(runs)} runs ({ok} ok, {len(failed)} failed), "
+        f"{len(baselines)} baseline, {n_ideas} ideas",
+        fontsize=10,
+    )
+    ax.set_xlabel(f"experiment number at tier {tier}")
+    better = "lower" if lower_is_better else "higher"
+    ax.set_ylabel(f"{metric_name} ({better} is better)")
+    ax.set_xlim(0, len(runs) + 1)
+    ax.grid(alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="upper right", fontsize=7)
+
+
+def _champion_steps(ax: Axes, runs: list[RunPoint]) -> None:
+    """The champion's level: from the first baseline run of each newer version on, the mean of
+    that version's baseline runs at this tier."""
+    totals: dict[int, list[float]] = defaultdict(list)
+    for run in runs:
+        if not run.idea_id and run.ok and run.metric is not None:
+            totals[run.champion_version].append(run.metric)
+    xs: list[int] = []
+    ys: list[float] = []
+    current: int | None = None
+    for x, run in enumerate(runs, start=1):
+        version = run.champion_version
+        if run.idea_id or not run.ok or (current is not None and version <= current):
+            continue
+        current = version
+        xs.append(x)
+        ys.append(sum(totals[version]) / len(totals[version]))
+        ax.annotate(
+            f"v{version}",
+            (x, ys[-1]),
+            xytext=(5, -11),
+            textcoords="offset points",
+            fontsize=7,
+            color=CHAMPION_COLOR,
+        )
+    if xs:
+        xs.append(len(runs))
+        ys.append(ys[-1])
+        ax.plot(
+            xs,
+            ys,
+            drawstyle="steps-post",
+            color=CHAMPION_COLOR,
+            lw=1.5,
+            label="champion level (baseline mean)",
+        )

@@ -1,0 +1,79 @@
+"""What `swarm start` prints when it stops: experiments, verdicts per tier, and how far the
+champion moved at each tier against the noise band, then where the ledger is and how to ask it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from swarm.config import SwarmConfig
+from swarm.sql_client import read_file
+from swarm.workspace import Workspace
+
+RUNS_SQL = "SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY n DESC"
+VERDICTS_SQL = """SELECT tier, verdict, count(*) AS n FROM decisions
+    GROUP BY tier, verdict ORDER BY tier, verdict"""
+# Baseline metric per tier, champion version and seed (the first OK attempt of each seed).
+BASELINES_SQL = """SELECT tier, champion_version AS version, seed, min(metric) AS metric
+    FROM runs WHERE idea_id = '' AND status = 'OK' AND metric IS NOT NULL
+    GROUP BY ALL ORDER BY tier, version, seed"""
+SIGMA_SQL = """SELECT tier, median(sigma) AS sigma FROM decisions
+    WHERE sigma IS NOT NULL GROUP BY tier"""
+
+EXAMPLES = [
+    "select * from leaderboard limit 10",
+    "select * from lineage",
+    "select tier, verdict, count(*) from decisions group by all order by all",
+    "select agent, action, proposed, why from traces order by created_at desc limit 20",
+]
+
+
+def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
+    if not workspace.ledger_path.exists():
+        return "swarm: no ledger was written"
+
+    def rows(sql: str) -> list[dict[str, object]]:
+        found: list[dict[str, object]] = read_file(workspace, config, sql).table.to_pylist()
+        return found
+
+    runs = rows(RUNS_SQL)
+    total = sum(int(r["n"]) for r in runs)  # type: ignore[call-overload]
+    by_status = ", ".join(f"{r['status']} {r['n']}" for r in runs) or "none"
+    lines = [f"experiments run: {total} ({by_status})"]
+    verdicts: dict[int, list[str]] = {}
+    for r in rows(VERDICTS_SQL):
+        verdicts.setdefault(int(r["tier"]), []).append(f"{r['verdict']} {r['n']}")  # type: ignore[call-overload]
+    for tier, counts in sorted(verdicts.items()):
+        lines.append(f"tier {tier} verdicts: {', '.join(counts)}")
+    sigmas = {int(r["tier"]): float(r["sigma"]) for r in rows(SIGMA_SQL)}  # type: ignore[call-overload, arg-type]
+    lines += champion_moves(rows(BASELINES_SQL), sigmas)
+    lines.append(f"ledger: {workspace.ledger_path} (snapshots in {workspace.snapshot_dir})")
+    lines.append("ask it, e.g.:")
+    lines += [f'  swarm sql "{q}"' for q in EXAMPLES]
+    return "\n".join(lines)
+
+
+def champion_moves(baselines: list[dict[str, object]], sigmas: dict[int, float]) -> list[str]:
+    """Per tier: the first champion's baseline against the latest one's, paired by seed."""
+    table: dict[int, dict[int, dict[int, float]]] = {}
+    for r in baselines:
+        tier, version, seed = int(r["tier"]), int(r["version"]), int(r["seed"])  # type: ignore[call-overload]
+        table.setdefault(tier, {}).setdefault(version, {})[seed] = float(r["metric"])  # type: ignore[arg-type]
+    lines = []
+    for tier, versions in sorted(table.items()):
+        first, last = min(versions), max(versions)
+        seeds = sorted(set(versions[first]) & set(versions[last]))
+        if first == last or not seeds:
+            mean = statistics.fmean(versions[last].values())
+            lines.append(f"tier {tier} champion: v{last} at {mean:.4f} (no change measured)")
+            continue
+        gains = [versions[first][s] - versions[last][s] for s in seeds]
+        delta = statistics.fmean(gains)
+        sigma = sigmas.get(tier) or (statistics.stdev(gains) if len(gains) > 1 else float("nan"))
+        band = 2 * sigma / math.sqrt(len(gains))
+        was = statistics.fmean(versions[first][s] for s in seeds)
+        lines.append(
+            f"tier {tier} champion: v{first} {was:.4f} -> v{last} {was - delta:.4f} "
+            f"(gain {delta:+.4f} over {len(gains)} paired seeds; noise band ±{band:.4f})"
+        )
+    return lines

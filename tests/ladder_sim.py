@@ -1,0 +1,128 @@
+"""A ladder driven without a bus: RunSpecs are "run" by a synthetic, seed-paired metric.
+
+The recipe is `LR = <x>` plus other constants; the metric is lower-is-better, best at LR = 3,
+with noise shared by every run on the same seed (so pairing removes it) and a little of its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
+from scale_ladder.admission import patched_source
+from scale_ladder.ladder import Ladder
+from scale_ladder.tiers import load_tiers
+
+RECIPE = "LR = 1.0  # learning rate\nWD = 0.1  # weight decay\nDEPTH = 2\n"
+
+SIM_LADDER = """
+[[tier]]
+name = "small"
+depth = 1
+width = 32
+context = 16
+budget_kind = "tokens"
+budget = 1000
+time_limit_s = 10
+eval_tokens = 64
+seeds = 2
+max_seeds = 4
+min_improvement = 0.001
+{extra}
+
+[[tier]]
+name = "large"
+depth = 2
+width = 64
+context = 16
+budget_kind = "tokens"
+budget = 2000
+time_limit_s = 10
+eval_tokens = 64
+seeds = 2
+max_seeds = 4
+min_improvement = 0.001
+"""
+
+
+def make_ladder(tmp_path: Path, require_approval: bool = False, extra: str = "") -> Ladder:
+    path = tmp_path / "ladder.toml"
+    path.write_text(SIM_LADDER.format(extra=extra))
+    return Ladder(load_tiers(path), "recipe.py", RECIPE, require_approval=require_approval)
+
+
+def patch(old: str, new: str, base: str = RECIPE) -> str:
+    assert old in base
+    return "".join(
+        difflib.unified_diff(
+            base.splitlines(True),
+            base.replace(old, new, 1).splitlines(True),
+            "a/recipe.py",
+            "b/recipe.py",
+        )
+    )
+
+
+def metric(source: str, seed: int) -> float:
+    lr = float(re.search(r"^LR = ([\d.]+)", source, re.M).group(1))  # type: ignore[union-attr]
+    wd = float(re.search(r"^WD = ([\d.]+)", source, re.M).group(1))  # type: ignore[union-attr]
+    shared = random.Random(seed).gauss(0, 0.05)  # seed noise, the same for idea and baseline
+    own = random.Random(hash((source, seed)) & 0xFFFF).gauss(0, 0.001)
+    return 2.0 + 0.1 * (lr - 3.0) ** 2 + 0.5 * abs(wd - 0.1) + shared + own
+
+
+Runner = Callable[[RunSpec, str], RunResult]
+
+
+def ok_runner(spec: RunSpec, source: str) -> RunResult:
+    return RunResult(
+        spec.run_id,
+        spec.tier,
+        spec.seed,
+        spec.champion_version,
+        RunStatus.OK,
+        idea_id=spec.idea_id,
+        metric=metric(source, spec.seed),
+    )
+
+
+class Sim:
+    """Feeds the ladder its own outputs' results until nothing is left to run."""
+
+    def __init__(self, ladder: Ladder, runner: Runner = ok_runner) -> None:
+        self.ladder = ladder
+        self.runner = runner
+        self.log: list[Message] = []  # every event in the order a stream would hold them
+        self.queue: list[RunSpec] = []
+
+    def feed(self, message: Message) -> None:
+        self.log.append(message)
+        self.ladder.observe(message)
+        self.step()
+
+    def step(self) -> None:
+        for out in self.ladder.act():
+            self.log.append(out)
+            if isinstance(out, RunSpec):
+                self.queue.append(out)
+
+    def propose(self, idea_id: str, change: str, version: int = 1, **kw: str) -> Idea:
+        old, new = change.split("->")
+        base = self.ladder.champions[version].source
+        idea = Idea(idea_id, "tester", f"try {change}", patch(old, new, base), version, **kw)
+        self.feed(idea)
+        return idea
+
+    def run_all(self, limit: int = 1000) -> None:
+        for _ in range(limit):
+            if not self.queue:
+                return
+            spec = self.queue.pop(0)
+            base = self.ladder.champions[spec.champion_version].source
+            source = patched_source(base, spec.patch, "recipe.py") if spec.patch else base
+            self.feed(self.runner(spec, source))
+        raise AssertionError("the ladder kept asking for runs")

@@ -1,0 +1,271 @@
+"""The ladder's state machine: admission, dedup, pairing, promotion, stacking, rebase, STALE,
+approvals, reverts, and replay (a rebuilt ladder makes the same decisions and nothing more)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bus.messages import (
+    ChampionChange,
+    ChangeKind,
+    Decision,
+    Idea,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    Verdict,
+)
+from scale_ladder.ladder import LadderRefusal, Phase, tier_seed
+from tests.ladder_sim import Sim, make_ladder, ok_runner
+
+
+def decisions(sim: Sim, idea_id: str) -> list[Decision]:
+    return [m for m in sim.log if isinstance(m, Decision) and m.idea_id == idea_id]
+
+
+def champions(sim: Sim) -> list[ChampionChange]:
+    return [m for m in sim.log if isinstance(m, ChampionChange)]
+
+
+def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    (initial,) = champions(sim)
+    assert initial.version == 1 and initial.kind == ChangeKind.INITIAL and initial.source
+    specs = [m for m in sim.log if isinstance(m, RunSpec)]
+    assert {(s.tier, s.seed) for s in specs} == {(0, 0), (0, 1), (1, 1000), (1, 1001)}
+    assert all(s.idea_id == "" and s.champion_version == 1 for s in specs)
+
+
+def test_a_real_win_climbs_every_tier_and_is_stacked(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    verdicts = [(d.tier, d.verdict) for d in decisions(sim, "idea-good")]
+    assert verdicts == [(0, Verdict.PROMOTE), (1, Verdict.PROMOTE)]
+    first = decisions(sim, "idea-good")[0]
+    assert first.delta is not None and first.delta > 0 and first.n == 2 and first.sigma
+    stacked = champions(sim)[-1]
+    assert stacked.version == 2 and stacked.kind == ChangeKind.STACK
+    assert stacked.idea_id == "idea-good" and "LR = 2.0" in stacked.source
+    # The new champion is baselined on every tier.
+    rebaselined = {
+        (s.tier, s.seed) for s in sim.log if isinstance(s, RunSpec) and s.champion_version == 2
+    }
+    assert rebaselined == {(0, 0), (0, 1), (1, 1000), (1, 1001)}
+
+
+def test_a_loss_is_rejected_and_a_noop_or_bad_patch_refused(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-bad", "LR = 1.0->LR = 0.5")
+    sim.propose("idea-off", "WD = 0.1->WD = 0.1 ")
+    sim.propose("idea-other", "LR = 1.0->LR = 2.0", target="command")
+    sim.run_all()
+    (bad,) = decisions(sim, "idea-bad")
+    assert bad.verdict == Verdict.REJECT and bad.delta is not None and bad.delta < 0
+    assert decisions(sim, "idea-other")[0].verdict == Verdict.REFUSED
+    assert "target" in decisions(sim, "idea-other")[0].rule
+
+
+def test_a_duplicate_is_refused_with_a_pointer(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.propose("idea-a", "WD = 0.1->WD = 0.2")
+    sim.propose("idea-b", "WD = 0.1->WD = 0.2")
+    (refusal,) = decisions(sim, "idea-b")
+    assert refusal.verdict == Verdict.REFUSED and "duplicate of idea-a" in refusal.rule
+    assert '"duplicate_of": "idea-a"' in refusal.details
+
+
+def test_patch_that_does_not_apply_is_refused_with_the_reason(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.feed(Idea("idea-x", "t", "h", "--- a/other.py\n+++ b/other.py\n@@ -1 +1 @@\n-a\n+b\n", 1))
+    sim.feed(Idea("idea-y", "t", "h", "not a diff", 1))
+    sim.feed(Idea("idea-z", "t", "h", "", 7))
+    for idea_id in ("idea-x", "idea-y", "idea-z"):
+        (d,) = decisions(sim, idea_id)
+        assert d.verdict == Verdict.REFUSED and d.rule
+    assert "v7" in decisions(sim, "idea-z")[0].rule
+
+
+def test_crashing_idea_is_rejected_with_its_reason(tmp_path: Path) -> None:
+    def crash_lr5(spec: RunSpec, source: str) -> RunResult:
+        if "LR = 5.0" in source:
+            return RunResult(
+                spec.run_id,
+                spec.tier,
+                spec.seed,
+                spec.champion_version,
+                RunStatus.CRASH,
+                idea_id=spec.idea_id,
+                reason="boom",
+            )
+        return ok_runner(spec, source)
+
+    sim = Sim(make_ladder(tmp_path), crash_lr5)
+    sim.step()
+    sim.propose("idea-crash", "LR = 1.0->LR = 5.0")
+    sim.run_all()
+    (d,) = decisions(sim, "idea-crash")
+    assert d.verdict == Verdict.REJECT and "CRASH" in d.rule and "boom" in d.rule
+
+
+def test_failed_baselines_are_retried_then_left_out(tmp_path: Path) -> None:
+    def flaky(spec: RunSpec, source: str) -> RunResult:
+        if not spec.idea_id and spec.seed == 1:
+            return RunResult(
+                spec.run_id,
+                spec.tier,
+                spec.seed,
+                spec.champion_version,
+                RunStatus.TIMEOUT,
+                reason="slow",
+            )
+        return ok_runner(spec, source)
+
+    sim = Sim(make_ladder(tmp_path), flaky)
+    sim.step()
+    sim.run_all()
+    tries = [s for s in sim.log if isinstance(s, RunSpec) and not s.idea_id and s.seed == 1]
+    assert len(tries) == 3 and len({s.run_id for s in tries}) == 3
+
+
+def test_champion_change_rebases_ideas_in_play_onto_it(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.propose("idea-wd", "WD = 0.1->WD = 0.12")  # another line: still applies after stacking
+    held = [s for s in sim.queue if s.idea_id == "idea-wd"]
+    sim.queue = [s for s in sim.queue if s.idea_id != "idea-wd"]
+    sim.run_all()
+    assert champions(sim)[-1].idea_id == "idea-good"
+    sim.queue.extend(held)  # its v1 results come in late: recorded, not used for decisions
+    sim.run_all()
+    wd_specs = [s for s in sim.log if isinstance(s, RunSpec) and s.idea_id == "idea-wd"]
+    assert {(s.champion_version, s.tier) for s in wd_specs} >= {(1, 0), (2, 0)}
+    rebased = [s for s in wd_specs if s.champion_version == 2]
+    assert rebased[0].patch and "LR = 2.0" in rebased[0].patch  # context of v2, not v1
+    assert all(d.champion_version == 2 for d in decisions(sim, "idea-wd"))
+
+
+def test_stale_when_the_patch_no_longer_applies(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.propose("idea-clash", "LR = 1.0->LR = 2.5")
+    for spec in list(sim.queue):  # hold idea-clash's runs back until idea-good has stacked
+        if spec.idea_id == "idea-clash":
+            sim.queue.remove(spec)
+    sim.run_all()
+    assert champions(sim)[-1].version == 2
+    (stale,) = decisions(sim, "idea-clash")
+    assert stale.verdict == Verdict.STALE and "v1 to v2" in stale.rule
+    assert sim.ladder.ideas["idea-clash"].phase is Phase.DONE
+
+
+def test_require_approval_holds_then_approve_stacks(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path, require_approval=True))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    assert decisions(sim, "idea-good")[-1].verdict == Verdict.HELD
+    assert len(champions(sim)) == 1
+    with pytest.raises(LadderRefusal, match="no idea idea-nope"):
+        sim.ladder.approve("idea-nope", "ann")
+    out = sim.ladder.approve("idea-good", "ann")
+    assert [type(m).__name__ for m in out][:2] == ["Decision", "ChampionChange"]
+    assert out[0].decided_by == "ann"  # type: ignore[union-attr]
+    with pytest.raises(LadderRefusal, match="not waiting for approval"):
+        sim.ladder.approve("idea-good", "ann")
+
+
+def test_reject_by_a_person_and_revert(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path, require_approval=True))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    out = sim.ladder.reject("idea-good", "bob")
+    assert out[0].verdict == Verdict.REJECT  # type: ignore[union-attr]
+    assert sim.ladder.ideas["idea-good"].phase is Phase.DONE
+    with pytest.raises(LadderRefusal, match="same recipe"):
+        sim.ladder.revert(1, "bob")
+    with pytest.raises(LadderRefusal, match="no champion v9"):
+        sim.ladder.revert(9, "bob")
+
+
+def test_replay_rebuilds_the_same_state_and_acts_no_more(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.run_all()
+    for i, change in enumerate(["LR = 1.0->LR = 2.0", "WD = 0.1->WD = 0.3", "LR = 1.0->LR = 1.2"]):
+        sim.propose(f"idea-{i}", change)
+    sim.run_all()
+    replayed = make_ladder(tmp_path)
+    for message in sim.log:
+        replayed.observe(message)
+    assert replayed.act() == []
+    assert replayed.current == sim.ladder.current
+    assert {i: s.phase for i, s in replayed.ideas.items()} == {
+        i: s.phase for i, s in sim.ladder.ideas.items()
+    }
+
+
+def test_same_inputs_give_the_same_decisions(tmp_path: Path) -> None:
+    def run_once() -> list[tuple[str, str, int, str]]:
+        sim = Sim(make_ladder(tmp_path))
+        sim.step()
+        sim.run_all()
+        for i, change in enumerate(
+            ["LR = 1.0->LR = 2.0", "WD = 0.1->WD = 0.3", "LR = 1.0->LR = 1.1"]
+        ):
+            sim.propose(f"idea-{i}", change)
+            sim.run_all()
+        return [
+            (d.decision_id, d.verdict.value, d.n, f"{d.delta}")
+            for d in sim.log
+            if isinstance(d, Decision)
+        ]
+
+    assert run_once() == run_once()
+
+
+def test_retest_adds_fresh_seeds_up_to_max(tmp_path: Path) -> None:
+    ladder = make_ladder(tmp_path)
+    sim = Sim(ladder)
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-tiny", "WD = 0.1->WD = 0.1001")  # within noise: inconclusive
+    sim.run_all()
+    specs = [s for s in sim.log if isinstance(s, RunSpec) and s.idea_id == "idea-tiny"]
+    assert len({s.seed for s in specs if s.tier == 0}) <= 4
+    assert decisions(sim, "idea-tiny")[-1].verdict in (Verdict.REJECT, Verdict.PROMOTE)
+    assert all(s.seed >= tier_seed(s.tier, 0) for s in specs)
+
+
+def test_rebase_carries_an_edit_past_a_neighbouring_change_of_the_real_recipe() -> None:
+    from scale_ladder.admission import NotAdmitted, diff, patched_source, rebase
+    from training.target_info import RECIPE
+
+    v1 = RECIPE.read_text()
+    v2 = v1.replace("LEARNING_RATE = 3e-3", "LEARNING_RATE = 4e-3", 1)
+    batch = diff(v1, v1.replace("BATCH_SIZE = 16", "BATCH_SIZE = 24", 1), "recipe.py")
+    carried = rebase(batch, v1, v2, "recipe.py")
+    merged = patched_source(v2, carried, "recipe.py")
+    assert "BATCH_SIZE = 24" in merged and "LEARNING_RATE = 4e-3" in merged
+    clash = diff(v1, v1.replace("LEARNING_RATE = 3e-3", "LEARNING_RATE = 2e-3", 1), "recipe.py")
+    with pytest.raises(NotAdmitted, match="conflicts with the new champion"):
+        rebase(clash, v1, v2, "recipe.py")
+    same = diff(v1, v2, "recipe.py")
+    with pytest.raises(NotAdmitted, match="already contains"):
+        rebase(same, v1, v2, "recipe.py")

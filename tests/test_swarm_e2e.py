@@ -1,0 +1,123 @@
+"""The whole research loop through real processes: `swarm start --agents 3` on a project where a
+known-good change exists (the learning rate is far below its optimum), a two-tier ladder of
+sub-second runs. Ideas are proposed, admitted, run, decided, promoted and stacked; the ledger
+answers SQL while it runs; the summary and the report are written at exit; nothing is left."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunningSwarm, run_swarm, wait_for
+
+PARAMS = """\
+LEARNING_RATE = 0.01  # step size (its optimum is near 0.1)
+WARMUP_FRACTION = 0.1  # share of steps spent warming up
+BATCH_SIZE = 16  # examples per step
+"""
+
+RUN = """\
+import math, os, random
+from params import BATCH_SIZE, LEARNING_RATE, WARMUP_FRACTION
+
+seed = int(os.environ["SWARM_SEED"])
+noise = random.Random(seed).gauss(0, 0.01)  # shared by every recipe on this seed
+loss = 1.0 + 0.3 * (math.log10(LEARNING_RATE) + 1.0) ** 2 + 0.1 * abs(WARMUP_FRACTION - 0.1)
+loss += 0.05 * abs(BATCH_SIZE - 16) / 16 + noise
+print(f"val_loss: {loss:.6f}")
+"""
+
+TIER = """
+[[tier]]
+name = "{name}"
+depth = {depth}
+width = 32
+context = 16
+budget_kind = "seconds"
+budget = 5
+time_limit_s = 30
+eval_tokens = 64
+seeds = 2
+max_seeds = 3
+min_improvement = 0.001
+"""
+
+
+def swarm_project(tmp_path: Path, agents: int = 3, extra: str = "") -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.py").write_text(PARAMS)
+    (project / "run.py").write_text(RUN)
+    ladder = tmp_path / "ladder.toml"
+    ladder.write_text(extra + TIER.format(name="small", depth=1) + TIER.format(name="big", depth=2))
+    config = tmp_path / "swarm.toml"
+    config.write_text(
+        f"""
+[ledger]
+snapshot_interval_s = 0.5
+restart_delay_s = 0.2
+[status]
+interval_s = 0.5
+[trainers]
+count = 2
+[agents]
+count = {agents}
+[target]
+kind = "command"
+project = "{project}"
+edit = "params.py"
+run = "{sys.executable} run.py"
+metric = "val_loss"
+[ladder]
+path = "{ladder}"
+"""
+    )
+    return config
+
+
+def sql(swarm: RunningSwarm, query: str) -> list[dict[str, object]]:
+    done = run_swarm(swarm.workspace.root, "sql", query, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.timeout(240)
+def test_three_agents_promote_a_real_win_through_two_tiers(tmp_path: Path) -> None:
+    swarm = RunningSwarm(tmp_path / "ws", swarm_project(tmp_path))
+    try:
+        swarm.wait_ready()
+
+        def stacked() -> bool:
+            runs = sql(swarm, "select count(*) as n from runs")[0]["n"]
+            versions = sql(swarm, "select count(*) as n from champions")[0]["n"]
+            return int(runs) >= 10 and int(versions) >= 2  # type: ignore[call-overload]
+
+        wait_for(stacked, timeout=150, interval=1.0)
+        agents = sql(swarm, "select agent_id from agents where role = 'researcher'")
+        assert len(agents) == 3
+        traces = sql(swarm, "select agent, why, idea_id from traces where action = 'propose'")
+        assert traces and all(t["why"] and t["idea_id"] for t in traces)
+    finally:
+        output = swarm.stop()
+    assert "experiments run:" in output and "tier 1 verdicts:" in output
+    lineage = run_swarm(swarm.workspace.root, "champion", "show")
+    assert lineage.returncode == 0 and "STACK" in lineage.stdout
+    climbed = run_swarm(
+        swarm.workspace.root,
+        "sql",
+        "select idea_id from decisions where verdict = 'PROMOTE' and tier = 1",
+        "--format",
+        "json",
+    )
+    assert json.loads(climbed.stdout), "no idea passed the top tier"
+    diff = run_swarm(swarm.workspace.root, "champion", "diff")
+    assert diff.returncode == 0 and "LEARNING_RATE" in diff.stdout + json.dumps(lineage.stdout)
+    reports = swarm.workspace.root / "reports"
+    assert (reports / "progress.png").stat().st_size > 1000
+    assert (
+        "stacked" in (reports / "report.html").read_text()
+        or "STACK" in (reports / "report.html").read_text()
+    )
