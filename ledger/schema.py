@@ -139,6 +139,31 @@ VIEWS: dict[str, str] = {
                c.recipe_sha, c.reason, c.created_at
         FROM champions c LEFT JOIN ideas i USING (idea_id)
         ORDER BY c.version""",
+    # How well each tier's ranking of ideas predicts the next tier's: Spearman correlation of
+    # the ideas' mean gains over the champion's baseline (same tier and champion version), over
+    # the ideas run on both tiers. Gains, not raw metrics, so a better champion does not count.
+    "rank_correlation": """
+        WITH means AS (
+            SELECT tier, champion_version, idea_id, sum_metric / n_runs AS mean
+            FROM run_stats),
+        gains AS (
+            SELECT i.tier, i.champion_version, i.idea_id, b.mean - i.mean AS gain
+            FROM means i JOIN means b
+              ON b.idea_id = '' AND b.tier = i.tier AND b.champion_version = i.champion_version
+            WHERE i.idea_id <> ''),
+        pairs AS (
+            SELECT lo.tier AS from_tier, lo.gain AS lo, hi.gain AS hi
+            FROM gains lo JOIN gains hi
+              ON hi.idea_id = lo.idea_id AND hi.champion_version = lo.champion_version
+             AND hi.tier = lo.tier + 1),
+        ranked AS (
+            SELECT from_tier,
+                   rank() OVER (PARTITION BY from_tier ORDER BY lo) AS r_lo,
+                   rank() OVER (PARTITION BY from_tier ORDER BY hi) AS r_hi
+            FROM pairs)
+        SELECT from_tier, from_tier + 1 AS to_tier, count(*) AS ideas,
+               CASE WHEN count(*) >= 3 THEN corr(r_lo, r_hi) END AS spearman
+        FROM ranked GROUP BY from_tier ORDER BY from_tier""",
     # RunSpecs with no RunResult yet: queued or running (or lost, if the swarm is stopped).
     "unfinished_runs": """
         SELECT s.* FROM run_specs s ANTI JOIN runs r USING (run_id)

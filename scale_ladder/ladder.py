@@ -15,177 +15,34 @@ marks it STALE, and re-baselines every tier.
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import json
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from bus.champion_store import fingerprint, recipe_sha
 from bus.messages import (
     ChampionChange,
     ChangeKind,
     Decision,
-    Idea,
     Message,
-    RunResult,
     RunSpec,
     RunStatus,
     Verdict,
 )
 from scale_ladder.admission import NotAdmitted, diff, patched_source, rebase
+from scale_ladder.ladder_state import (
+    BASELINE_ATTEMPTS,
+    IdeaState,
+    LadderRefusal,
+    LadderState,
+    Phase,
+    tier_seed,
+)
 from scale_ladder.rules import Evidence, Outcome, decide, paired_gains, pooled_sigma
-from scale_ladder.tiers import Tier
 
-SEED_STRIDE = 1000  # tier k runs seeds k·1000 + i: every tier re-tests on fresh seeds
-BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
+__all__ = ["Ladder", "LadderRefusal", "Phase", "tier_seed"]
 
 
-def tier_seed(tier: int, i: int) -> int:
-    return tier * SEED_STRIDE + i
-
-
-class Phase(enum.StrEnum):
-    NEW = "new"  # waiting for admission
-    TESTING = "testing"  # running at `tier` on `version`
-    PROMOTED = "promoted"  # passed the top tier
-    HELD = "held"  # passed the top tier, waits for a person
-    APPROVED = "approved"  # a person approved it: stack it
-    DONE = "done"  # refused, rejected, stale, or stacked
-
-
-@dataclass
-class IdeaState:
-    idea: Idea
-    phase: Phase = Phase.NEW
-    version: int = 0  # the champion version it is tested on (after rebases)
-    patch: str = ""  # its patch against that version
-    tier: int = 0
-
-
-class LadderRefusal(ValueError):
-    """A person's request (approve, reject, revert) that the state does not allow."""
-
-
-@dataclass
-class Ladder:
-    tiers: Sequence[Tier]
-    editable: str
-    initial_source: str
-    target: str = "bytelm"
-    lower_is_better: bool = True
-    require_approval: bool = False
-    champions: dict[int, ChampionChange] = field(default_factory=dict)
-    ideas: dict[str, IdeaState] = field(default_factory=dict)
-    seen: set[str] = field(default_factory=set)
-    # (idea_id or "" for the baseline, version, tier) -> seeds requested / results per seed
-    requested: dict[tuple[str, int, int], set[int]] = field(
-        default_factory=lambda: defaultdict(set)
-    )
-    results: dict[tuple[str, int, int], dict[int, RunResult]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
-    # (version, tier, seed) -> baseline RunSpecs made / their results in
-    baseline_tries: dict[tuple[int, int, int], int] = field(
-        default_factory=lambda: defaultdict(int)
-    )
-    baseline_finished: dict[tuple[int, int, int], int] = field(
-        default_factory=lambda: defaultdict(int)
-    )
-    fingerprints: dict[tuple[int, str], str] = field(default_factory=dict)  # -> first idea id
-    # (version, tier) -> mean gain of each idea the rules decided there (the rank gate's peers)
-    gains: dict[tuple[int, int], dict[str, float]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
-    dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
-    baselines_dirty: bool = True
-    _out: list[Message] = field(default_factory=list)
-
-    @property
-    def current(self) -> int:
-        return max(self.champions, default=0)
-
-    @property
-    def top(self) -> int:
-        return len(self.tiers) - 1
-
-    # --- folding events in ------------------------------------------------------------------
-
-    def observe(self, message: Message) -> None:
-        if message.event_id in self.seen:
-            return
-        self.seen.add(message.event_id)
-        if isinstance(message, Idea):
-            self.ideas.setdefault(message.idea_id, IdeaState(message))
-            self.dirty[message.idea_id] = None
-        elif isinstance(message, RunSpec):
-            self._observe_spec(message)
-        elif isinstance(message, RunResult):
-            self._observe_result(message)
-        elif isinstance(message, Decision):
-            self._observe_decision(message)
-        elif isinstance(message, ChampionChange):
-            self._observe_champion(message)
-
-    def _observe_spec(self, spec: RunSpec) -> None:
-        self.requested[(spec.idea_id, spec.champion_version, spec.tier)].add(spec.seed)
-        if not spec.idea_id:
-            self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1
-            return
-        self.baselines_dirty = True  # the baseline may need this seed too
-        state = self.ideas.get(spec.idea_id)
-        if state is None or spec.champion_version < state.version:
-            return
-        if state.phase is Phase.NEW or spec.champion_version > state.version:
-            champion = self.champions.get(spec.champion_version)
-            if champion is not None:
-                with contextlib.suppress(NotAdmitted):  # only the ladder's own specs count
-                    source = patched_source(champion.source, spec.patch, self.editable)
-                    key = (spec.champion_version, fingerprint(source))
-                    self.fingerprints.setdefault(key, spec.idea_id)
-        state.phase, state.version, state.patch = Phase.TESTING, spec.champion_version, spec.patch
-        state.tier = spec.tier
-
-    def _observe_result(self, result: RunResult) -> None:
-        slot = self.results[(result.idea_id, result.champion_version, result.tier)]
-        previous = slot.get(result.seed)
-        if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try
-            slot[result.seed] = result
-        if result.idea_id:
-            self.dirty[result.idea_id] = None
-        else:  # a baseline result may complete the pairs of every idea at that tier
-            self.baseline_finished[(result.champion_version, result.tier, result.seed)] += 1
-            self.baselines_dirty = True
-            for idea_id, state in self.ideas.items():
-                if state.phase is Phase.TESTING and state.tier == result.tier:
-                    self.dirty[idea_id] = None
-
-    def _observe_decision(self, decision: Decision) -> None:
-        state = self.ideas.get(decision.idea_id)
-        if state is None:
-            return
-        verdict, by_rules = decision.verdict, decision.decided_by == "ladder"
-        if by_rules and verdict in (Verdict.PROMOTE, Verdict.REJECT) and decision.delta is not None:
-            key = (decision.champion_version, decision.tier)
-            self.gains[key][decision.idea_id] = decision.delta
-        if verdict in (Verdict.REJECT, Verdict.REFUSED, Verdict.STALE):
-            state.phase = Phase.DONE
-        elif verdict is Verdict.HELD:
-            state.phase = Phase.HELD
-        elif verdict is Verdict.PROMOTE and decision.tier == self.top:
-            state.phase = Phase.PROMOTED if by_rules else Phase.APPROVED
-        self.dirty[decision.idea_id] = None
-
-    def _observe_champion(self, change: ChampionChange) -> None:
-        self.champions[change.version] = change
-        if change.idea_id in self.ideas and change.kind is ChangeKind.STACK:
-            self.ideas[change.idea_id].phase = Phase.DONE
-        if change.version == self.current:
-            self.baselines_dirty = True
-            for idea_id, state in self.ideas.items():
-                if state.phase is not Phase.DONE:
-                    self.dirty[idea_id] = None
+class Ladder(LadderState):
+    """The state plus what it calls for: `act()`, and the requests people may make."""
 
     # --- acting ---------------------------------------------------------------------------
 
@@ -358,14 +215,19 @@ class Ladder:
         )
 
     def _baselines(self) -> None:
-        """The champion on every seed any idea needs at each tier (eagerly: its first seeds).
-        A failed baseline run is tried again, up to BASELINE_ATTEMPTS times per seed."""
+        """The champion on every seed any idea needs at each tier. Tier 0 starts as soon as the
+        champion changes; a higher tier when the first idea reaches it on this champion (its
+        baseline then runs alongside that idea's runs), so a new champion does not hold every
+        trainer on top-tier baselines before any idea can use them. A failed baseline run is
+        tried again, up to BASELINE_ATTEMPTS times per seed."""
         version = self.current
         for tier in self.tiers:
-            needed = {tier_seed(tier.index, i) for i in range(tier.seeds)}
+            needed: set[int] = set()
             for (idea_id, v, t), seeds in self.requested.items():
                 if idea_id and v == version and t == tier.index:
                     needed |= seeds
+            if tier.index == 0 or needed:
+                needed |= {tier_seed(tier.index, i) for i in range(tier.seeds)}
             for seed in sorted(needed):
                 tries = self.baseline_tries[(version, tier.index, seed)]
                 if self._baseline_ok(version, tier.index, seed) or tries >= BASELINE_ATTEMPTS:
@@ -373,10 +235,6 @@ class Ladder:
                 if tries > self.baseline_finished[(version, tier.index, seed)]:
                     continue  # an attempt is still running
                 self._emit(self._spec("", version, tier.index, seed, "", attempt=tries))
-
-    def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:
-        result = self.results[("", version, tier)].get(seed)
-        return result is not None and result.status is RunStatus.OK and result.metric is not None
 
     # --- what people may ask ----------------------------------------------------------------
 

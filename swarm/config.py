@@ -74,7 +74,7 @@ class LadderConfig:
 
 @dataclass(frozen=True, slots=True)
 class AgentsConfig:
-    count: int = 0  # researcher agents `swarm start` hosts (`--agents N`)
+    count: int = 4  # researcher agents `swarm start` hosts (`--agents N`); 0: none
     brain: str = "heuristic"  # heuristic (offline search)
     personas: str = "explorer,exploiter,combiner,ablator"  # assigned to agents in turn
     max_in_flight: int = 2  # ideas one agent may have undecided at once (back-pressure)

@@ -17,13 +17,14 @@ from typing import TextIO
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
+from rich.console import Console
 
 from bus.embedded_server import EmbeddedNatsServer, write_private
 from bus.nats_bus import BusSettings, connect
 from bus.subjects import ensure_streams
 from swarm.config import SwarmConfig, dump_config
 from swarm.event_loop import stop_on_signals
-from swarm.status import live_status
+from swarm.live_view import LiveView, gather_snapshot
 from swarm.supervisor import ManagedProcess
 from swarm.workspace import Workspace
 
@@ -116,7 +117,7 @@ async def start_swarm(
             )
             async with asyncio.TaskGroup() as group:
                 keepers = [group.create_task(child.keep_alive()) for child in children]
-                reporter = group.create_task(_report(nc, config, out, stop))
+                reporter = group.create_task(_report(nc, config, out, stop, minutes))
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline)
                 # Trainers first (they hand unfinished jobs back), the ledger last (it commits).
@@ -180,17 +181,26 @@ async def _wait(stop: asyncio.Event, deadline: float | None) -> None:
         log.info("time limit reached: stopping")
 
 
-async def _report(nc: Client, config: SwarmConfig, out: TextIO, stop: asyncio.Event) -> None:
+async def _report(
+    nc: Client, config: SwarmConfig, out: TextIO, stop: asyncio.Event, minutes: float | None
+) -> None:
+    """The live view (a rich screen on a terminal, one line per update in a log), and the
+    experiment limit: the swarm stops once the ledger holds that many results."""
     limit = config.limits.max_experiments
-    while True:
-        await asyncio.sleep(config.status.interval_s)
-        try:
-            status = await live_status(nc, timeout_s=min(5.0, config.status.interval_s))
-        except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
-            line = f"bus not answering ({exc or type(exc).__name__})"
-        else:
-            line = status.line()
-            if limit and status.counts.get("runs", 0) >= limit:
-                log.info("%d experiments run: stopping", status.counts["runs"])
+    started = time.monotonic()
+    view = LiveView(Console(file=out))
+    try:
+        while True:
+            await asyncio.sleep(config.status.interval_s)
+            timeout = min(5.0, config.status.interval_s)
+            try:
+                snapshot = await gather_snapshot(nc, started, minutes, limit, timeout)
+            except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
+                print(f"swarm: bus not answering ({exc or type(exc).__name__})", file=out)
+                continue
+            view.update(snapshot)
+            if limit and not snapshot.error and snapshot.experiments_run >= limit:
+                log.info("%d experiments run: stopping", snapshot.experiments_run)
                 stop.set()
-        print(f"swarm: {time.strftime('%H:%M:%S')} {line}", file=out, flush=True)
+    finally:
+        view.close()

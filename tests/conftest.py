@@ -169,7 +169,7 @@ def swarm_config(tmp_path: Path) -> Path:
     path = tmp_path / "swarm.toml"
     path.write_text(
         "[ledger]\nsnapshot_interval_s = 0.5\nrestart_delay_s = 0.2\n[status]\ninterval_s = 0.5\n"
-        "[trainers]\ncount = 0\n"
+        "[trainers]\ncount = 0\n[agents]\ncount = 0\n"
     )
     return path
 

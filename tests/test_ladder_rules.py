@@ -101,3 +101,38 @@ def test_decisions_are_pure(values: dict[int, float], sigma: float | None) -> No
     evidence = Evidence(values, BASE, pooled_sigma=sigma)
     assert decide(RULE, evidence) == decide(RULE, evidence)
     assert decide(RULE, evidence).verdict in (Verdict.PROMOTE, Verdict.REJECT, Verdict.RETEST)
+
+
+gains = st.dictionaries(st.integers(0, 5), st.floats(-0.2, 0.2), min_size=2, max_size=6)
+sigmas = st.none() | st.floats(0.0005, 0.2)
+
+
+@given(gains, sigmas, st.lists(st.floats(-0.2, 0.2), max_size=20))
+def test_never_promotes_an_idea_worse_than_the_baseline(
+    g: dict[int, float], sigma: float | None, peers: list[float]
+) -> None:
+    rule = PromotionRule(top_fraction=0.5, cold_start=4, seeds=2, max_seeds=6)
+    outcome = decide(rule, Evidence(idea(g), BASE, sigma, peers))
+    mean = sum(g.values()) / len(g)
+    if mean <= 0:
+        assert outcome.verdict != Verdict.PROMOTE
+
+
+@given(gains, sigmas)
+def test_retest_never_asks_beyond_max_seeds(g: dict[int, float], sigma: float | None) -> None:
+    for max_seeds in (2, 3, 4, 6):
+        rule = PromotionRule(seeds=2, max_seeds=max_seeds)
+        outcome = decide(rule, Evidence(idea(g), BASE, sigma))
+        if outcome.verdict == Verdict.RETEST:
+            assert len(g) < outcome.seeds_wanted <= max_seeds
+        if len(g) >= max_seeds:
+            assert outcome.verdict != Verdict.RETEST
+
+
+@given(st.lists(st.floats(0.0, 0.2), min_size=8, max_size=30), st.floats(0.01, 0.2))
+def test_top_fraction_is_respected(peers: list[float], gain: float) -> None:
+    rule = PromotionRule(top_fraction=0.25, cold_start=8, seeds=2, max_seeds=6)
+    outcome = decide(rule, Evidence(idea({0: gain, 1: gain + 1e-4}), BASE, 1e-4, peers))
+    if outcome.verdict == Verdict.PROMOTE:
+        better = sum(1 for p in peers if p > outcome.delta)  # type: ignore[operator]
+        assert better + 1 <= max(1, int(0.25 * (len(peers) + 1)))

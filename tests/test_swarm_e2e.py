@@ -6,12 +6,15 @@ answers SQL while it runs; the summary and the report are written at exit; nothi
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import RunningSwarm, run_swarm, wait_for
+from tests.helpers_process import alive, pids_matching
 
 PARAMS = """\
 LEARNING_RATE = 0.01  # step size (its optimum is near 0.1)
@@ -121,3 +124,55 @@ def test_three_agents_promote_a_real_win_through_two_tiers(tmp_path: Path) -> No
         "stacked" in (reports / "report.html").read_text()
         or "STACK" in (reports / "report.html").read_text()
     )
+
+
+@pytest.mark.timeout(240)
+def test_ladder_killed_mid_run_rebuilds_its_state_and_people_approve_and_revert(
+    tmp_path: Path,
+) -> None:
+    """require_approval: a top-tier winner is HELD; the ladder is killed with SIGKILL and comes
+    back knowing it (replayed from the stream), so `swarm approve` stacks it; `swarm champion
+    revert 1` makes v1's recipe the champion again. No idea gets two final verdicts."""
+    config = swarm_project(tmp_path, agents=2, extra="require_approval = true\n")
+    swarm = RunningSwarm(tmp_path / "ws", config)
+    root = swarm.workspace.root
+    try:
+        swarm.wait_ready()
+        wait_for(lambda: "idea-" in run_swarm(root, "review").stdout, timeout=150, interval=1.0)
+        (ladder,) = pids_matching(str(root), "ladder", last_arg="ladder")
+        os.kill(ladder, signal.SIGKILL)
+        wait_for(lambda: not alive(ladder), timeout=10)
+        held = sql(swarm, HELD)[0]["idea_id"]
+        assert isinstance(held, str)
+
+        def approved() -> bool:  # the restarted ladder must know the idea is HELD
+            done = run_swarm(root, "approve", held)
+            return done.returncode == 0 and "champion-2" in done.stdout
+
+        wait_for(approved, timeout=60, interval=1.0)
+        (ladder_again,) = pids_matching(str(root), "ladder", last_arg="ladder")
+        assert ladder_again != ladder
+        refused = run_swarm(root, "approve", held)
+        assert refused.returncode == 2 and "not waiting for approval" in refused.stderr
+        reverted = run_swarm(root, "champion", "revert", "1")
+        assert reverted.returncode == 0, reverted.stderr
+        lineage = sql(swarm, "select version, kind, idea_id from champions order by version")
+        assert [r["kind"] for r in lineage[:3]] == ["INITIAL", "STACK", "REVERT"]
+        assert lineage[1]["idea_id"] == held
+        export = tmp_path / "v1.py"
+        assert run_swarm(root, "champion", "export", "1", "--out", str(export)).returncode == 0
+        assert export.read_text() == PARAMS
+        twice = sql(
+            swarm,
+            "select idea_id from decisions where verdict in ('PROMOTE', 'REJECT') "
+            "and decided_by = 'ladder' group by idea_id, champion_version, tier "
+            "having count(distinct verdict) > 1",
+        )
+        assert twice == []
+        stale_specs = sql(swarm, "select count(*) - count(distinct run_id) as n from run_specs")
+        assert stale_specs[0]["n"] == 0
+    finally:
+        swarm.stop()
+
+
+HELD = "select idea_id from decisions where verdict = 'HELD' order by created_at limit 1"

@@ -1,0 +1,359 @@
+"""The live view of `swarm start`: who proposes what, what runs where, who leads, champion history.
+
+`gather_snapshot` asks the ledger a few cheap read-only queries (through the same SQL gate as
+`swarm sql`) and JetStream for the trainers' queues; `render` draws a snapshot with rich;
+`LiveView` redraws it in place on a terminal, or prints one status line per update to a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from agents.heuristic_brain import Persona
+from agents.researcher import FINAL
+from bus.subjects import JOBS_STREAM, trainer_consumer_name
+from ledger.sql_protocol import SqlError
+from swarm.sql_client import Answer, LedgerUnavailable, ask_ledger
+
+MAX_EXPERIMENTS_SHOWN = 12  # running first, then the oldest queued
+LEADERBOARD_ROWS = 8
+CHAMPIONS_SHOWN = 6
+BAR_WIDTH = 12  # characters of a progress bar
+PERSONAS = frozenset(p.value for p in Persona)  # researchers are named <prefix>-<i>-<persona>
+LEADERBOARD_COLUMNS = ("tier", "v", "idea", "author", "hypothesis", "metric", "n")
+TRAINERS = trainer_consumer_name(0).removesuffix("0")  # trainer consumers: TRAINERS + tier
+
+TOTALS_SQL = """
+SELECT 'runs' AS what, status AS name, count(*) AS n FROM runs GROUP BY status
+UNION ALL SELECT 'decisions', verdict, count(*) FROM decisions GROUP BY verdict
+UNION ALL SELECT 'tiers', CAST(tier AS VARCHAR), count(*) FROM run_specs GROUP BY tier"""
+
+# An idea is in play until its latest verdict is final for its author, or it was stacked.
+AGENTS_SQL = f"""
+WITH last AS (
+    SELECT agent, arg_max(action, created_at) AS action, arg_max(proposed, created_at) AS proposed,
+           epoch(max(created_at)) AS at_s
+    FROM traces GROUP BY agent),
+verdicts AS (
+    SELECT idea_id, arg_max(verdict, created_at) AS verdict FROM decisions GROUP BY idea_id),
+in_play AS (
+    SELECT i.author, count(*) AS n FROM ideas i LEFT JOIN verdicts v USING (idea_id)
+    WHERE coalesce(v.verdict, '') NOT IN ({", ".join(f"'{v.value}'" for v in sorted(FINAL))})
+      AND NOT EXISTS (SELECT 1 FROM champions c WHERE c.idea_id = i.idea_id)
+    GROUP BY i.author)
+SELECT a.agent_id AS name, coalesce(p.n, 0) AS in_play, coalesce(l.action, '') AS last_action,
+       coalesce(l.proposed, '') AS last_proposed, l.at_s AS last_at
+FROM agents a LEFT JOIN last l ON l.agent = a.agent_id LEFT JOIN in_play p ON p.author = a.agent_id
+WHERE a.role = 'researcher' ORDER BY a.agent_id"""
+
+# The oldest unfinished RunSpecs per tier; a tier's queue is first in, first out, so its first
+# `running` of them are the ones trainers hold.
+EXPERIMENTS_SQL = f"""
+WITH typical AS (
+    SELECT tier, median(startup_seconds + train_seconds + eval_seconds) AS typical_s
+    FROM runs WHERE status = 'OK' GROUP BY tier)
+SELECT u.tier, u.idea_id, u.seed, epoch(u.created_at) AS created_s, t.typical_s,
+       row_number() OVER (PARTITION BY u.tier ORDER BY u.created_at) AS place
+FROM unfinished_runs u LEFT JOIN typical t USING (tier)
+QUALIFY place <= {MAX_EXPERIMENTS_SHOWN}"""
+
+LEADERBOARD_SQL = f"""
+SELECT l.tier, l.champion_version, l.idea_id, coalesce(l.author, '') AS author,
+       left(coalesce(l.hypothesis, ''), 120) AS hypothesis, l.metric_name, l.mean_metric, l.n_runs
+FROM leaderboard l JOIN (
+    SELECT tier, max(champion_version) AS champion_version FROM run_stats GROUP BY tier
+) latest USING (tier, champion_version)
+ORDER BY l.tier DESC, l.mean_metric LIMIT {LEADERBOARD_ROWS}"""
+
+LINEAGE_SQL = f"""
+SELECT version, kind, idea_id, coalesce(author, '') AS author,
+       left(coalesce(hypothesis, ''), 120) AS hypothesis, epoch(created_at) AS created_at
+FROM lineage ORDER BY version DESC LIMIT {CHAMPIONS_SHOWN}"""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    name: str
+    in_play: int  # its ideas without a final verdict yet
+    last_action: str = ""
+    last_proposed: str = ""
+    last_at: float | None = None  # epoch seconds of its latest trace
+
+
+@dataclass(frozen=True, slots=True)
+class TierQueue:
+    tier: int
+    queued: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    tier: int
+    idea_id: str  # '' for a baseline run of the champion
+    seed: int
+    age_s: float  # since its RunSpec was created
+    running: bool
+    progress: float | None = None  # age against the tier's typical run, at most 0.99
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    tier: int
+    champion_version: int
+    idea_id: str  # '(champion)' for the champion's own baseline runs
+    author: str
+    hypothesis: str
+    metric_name: str
+    mean_metric: float
+    n_runs: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChampionRow:
+    version: int
+    kind: str
+    idea_id: str
+    author: str
+    hypothesis: str
+    created_at: float  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSnapshot:
+    elapsed_s: float
+    minutes: float | None  # the time limit, None: none
+    max_experiments: int  # 0: no limit
+    taken_at: float = field(default_factory=time.time)  # epoch seconds; ages are relative to it
+    agents: tuple[AgentRow, ...] = ()
+    queues: tuple[TierQueue, ...] = ()
+    experiments: tuple[Experiment, ...] = ()
+    leaderboard: tuple[Standing, ...] = ()  # best first, top tier first
+    champions: tuple[ChampionRow, ...] = ()  # newest first
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    decisions_by_verdict: dict[str, int] = field(default_factory=dict)
+    error: str = ""  # why the ledger or the bus did not answer; the rest may then be empty
+
+    @property
+    def experiments_run(self) -> int:
+        return sum(self.runs_by_status.values())
+
+    @property
+    def champion_version(self) -> int:
+        return self.champions[0].version if self.champions else 0
+
+    def line(self) -> str:
+        """One plain line for logs: elapsed, runs, queues, champion, best at the top tier."""
+        parts = [f"elapsed {_limit(_duration(self.elapsed_s), self.minutes)}"]
+        parts.append(f"runs {self.experiments_run}" + _of(self.max_experiments))
+        parts += [f"tier{q.tier} {q.queued}q/{q.running}r" for q in self.queues]
+        parts.append(f"champion v{self.champion_version}")
+        if self.leaderboard:
+            best = self.leaderboard[0]
+            parts.append(f"best@tier{best.tier} {best.idea_id} {best.mean_metric:.4f}")
+        if self.error:
+            parts.append(f"error: {self.error}")
+        return " | ".join(parts)
+
+
+async def gather_snapshot(
+    nc: Client,
+    started_at: float,
+    minutes: float | None,
+    max_experiments: int,
+    timeout_s: float = 5.0,
+) -> LiveSnapshot:
+    """Ask the ledger and JetStream at once; `started_at` is the swarm's start, time.monotonic()."""
+    base = LiveSnapshot(time.monotonic() - started_at, minutes, max_experiments)
+    sqls = (TOTALS_SQL, AGENTS_SQL, EXPERIMENTS_SQL, LEADERBOARD_SQL, LINEAGE_SQL)
+    consumers, *answers = await asyncio.gather(
+        _consumers(nc, timeout_s),
+        *(ask_ledger(nc, sql, timeout_s) for sql in sqls),
+        return_exceptions=True,
+    )
+    held = (
+        {} if isinstance(consumers, BaseException) else cast(dict[int, tuple[int, int]], consumers)
+    )
+    problems = [_problem(a) for a in (consumers, *answers) if isinstance(a, BaseException)]
+    if problems:  # show what did answer: the queues survive a ledger restart
+        queues = tuple(TierQueue(t, *held[t]) for t in sorted(held))
+        return replace(base, queues=queues, error="; ".join(problems))
+    tables = [cast(Answer, a).table.to_pylist() for a in answers]
+    totals, agents, experiments, leaderboard, lineage = tables
+    tiers = sorted(set(held) | {int(r["name"]) for r in totals if r["what"] == "tiers"})
+    queues = tuple(TierQueue(t, *held.get(t, (0, 0))) for t in tiers)
+    running = {q.tier: q.running for q in queues}
+    return replace(
+        base,
+        agents=tuple(AgentRow(**r) for r in agents),
+        queues=queues,
+        experiments=_experiments(experiments, running, base.taken_at),
+        leaderboard=tuple(Standing(**r) for r in leaderboard),
+        champions=tuple(ChampionRow(**r) for r in lineage),
+        runs_by_status={r["name"]: r["n"] for r in totals if r["what"] == "runs"},
+        decisions_by_verdict={r["name"]: r["n"] for r in totals if r["what"] == "decisions"},
+    )
+
+
+async def _consumers(nc: Client, timeout_s: float) -> dict[int, tuple[int, int]]:
+    """(queued, running) per tier that has a trainer consumer."""
+    try:
+        infos = await asyncio.wait_for(nc.jetstream().consumers_info(JOBS_STREAM), timeout_s)
+    except NotFoundError:
+        return {}
+    held = {}
+    for info in infos:
+        tier = info.name.removeprefix(TRAINERS)
+        if info.name.startswith(TRAINERS) and tier.isdigit():
+            held[int(tier)] = (info.num_pending or 0, info.num_ack_pending or 0)
+    return held
+
+
+def _experiments(
+    rows: list[dict[str, Any]], running: dict[int, int], now: float
+) -> tuple[Experiment, ...]:
+    found = []
+    for r in rows:
+        age = max(0.0, now - r["created_s"])
+        is_running = r["place"] <= running.get(r["tier"], 0)
+        typical = r["typical_s"]
+        progress = min(0.99, age / typical) if is_running and typical else None
+        found.append(Experiment(r["tier"], r["idea_id"], r["seed"], age, is_running, progress))
+    found.sort(key=lambda e: (not e.running, -e.tier, -e.age_s))
+    return tuple(found[:MAX_EXPERIMENTS_SHOWN])
+
+
+def _problem(exc: BaseException) -> str:
+    """What a ledger or bus that did not answer says; anything else is a bug and raises."""
+    if isinstance(exc, LedgerUnavailable | SqlError):
+        return f"ledger: {exc}"
+    if isinstance(exc, NatsError | TimeoutError):
+        return f"bus: {exc or type(exc).__name__}"
+    raise exc
+
+
+def render(snapshot: LiveSnapshot) -> RenderableType:
+    s = snapshot
+    header = Text.assemble(
+        ("swarm ", "bold"),
+        f"elapsed {_limit(_duration(s.elapsed_s), s.minutes)} · ",
+        f"experiments {s.experiments_run}{_of(s.max_experiments)} · ",
+        (f"champion v{s.champion_version}", "bold green"),
+    )
+    totals = f"runs {_counts(s.runs_by_status)} · decisions {_counts(s.decisions_by_verdict)}"
+    parts: list[RenderableType] = [header, Text(totals, style="dim")]
+    if s.error:
+        parts.append(Text(s.error, style="bold red"))
+
+    agents = _table("researchers", "agent", "persona", "in play", "last proposal", "ago")
+    for a in s.agents:
+        persona = a.name.rsplit("-", 1)[-1]
+        ago = _duration(s.taken_at - a.last_at) if a.last_at is not None else ""
+        last = a.last_proposed or a.last_action
+        agents.add_row(
+            a.name, persona if persona in PERSONAS else "", str(a.in_play), _cut(last), ago
+        )
+
+    queues = _table("queues", "tier", "queued", "running")
+    for q in s.queues:
+        queues.add_row(str(q.tier), str(q.queued), str(q.running))
+
+    experiments = _table("experiments", "tier", "idea", "seed", "progress")
+    for e in s.experiments:
+        experiments.add_row(str(e.tier), e.idea_id or "baseline", str(e.seed), _progress(e))
+
+    board = _table("leaderboard (latest champion per tier)", *LEADERBOARD_COLUMNS)
+    for b in s.leaderboard:
+        metric = f"{b.mean_metric:.4f}"
+        first = (str(b.tier), str(b.champion_version), b.idea_id, b.author)
+        board.add_row(*first, _cut(b.hypothesis), metric, str(b.n_runs))
+
+    champions = _table("champion history", "v", "kind", "idea", "author", "hypothesis", "ago")
+    for c in s.champions:
+        ago = _duration(s.taken_at - c.created_at)
+        champions.add_row(str(c.version), c.kind, c.idea_id, c.author, _cut(c.hypothesis), ago)
+
+    middle = Table.grid(padding=(0, 2))
+    middle.add_row(queues, experiments)
+    return Group(*parts, agents, middle, board, champions)
+
+
+class LiveView:
+    """Redraws the snapshot in place on a terminal; prints one line per update otherwise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._live: Live | None = None
+        self._closed = False
+
+    def update(self, snapshot: LiveSnapshot) -> None:
+        if self._closed:
+            return
+        if not self.console.is_terminal:
+            line = f"swarm: {time.strftime('%H:%M:%S')} {snapshot.line()}"
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            return
+        if self._live is None:
+            self._live = Live(console=self.console, auto_refresh=False, transient=False)
+            self._live.start()
+        self._live.update(render(snapshot), refresh=True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._live is not None:
+            self._live.stop()
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for name in columns:
+        # Free text gives way first when space is short (cut, see _cut); the rest keeps its width.
+        table.add_column(name, no_wrap=name not in ("last proposal", "hypothesis"))
+    return table
+
+
+def _cut(text: str) -> Text:
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+def _progress(e: Experiment) -> str:
+    if not e.running:
+        return f"queued {_duration(e.age_s)}"
+    if e.progress is None:
+        return f"running {_duration(e.age_s)}"
+    done = round(e.progress * BAR_WIDTH)
+    return f"{'█' * done}{'░' * (BAR_WIDTH - done)} {e.progress:4.0%} {_duration(e.age_s)}"
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _limit(elapsed: str, minutes: float | None) -> str:
+    return elapsed if minutes is None else f"{elapsed}/{_duration(minutes * 60)}"
+
+
+def _of(limit: int) -> str:
+    return f"/{limit}" if limit else ""
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"

@@ -1,0 +1,232 @@
+"""The live view: rendering a hand-made snapshot, both kinds of console, and gathering a snapshot
+from a real ledger and real JetStream queues."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from nats.aio.client import Client
+from rich.console import Console
+
+from bus.messages import (
+    AgentEvent,
+    AgentEventKind,
+    BudgetKind,
+    ChampionChange,
+    ChangeKind,
+    Decision,
+    Idea,
+    RunSpec,
+    RunStatus,
+    Trace,
+    Verdict,
+    new_id,
+)
+from bus.nats_bus import enqueue_run, publish_event
+from bus.subjects import JOBS_STREAM, ensure_trainer_consumer, job_subject, trainer_consumer_name
+from ledger.service import LedgerService
+from swarm.live_view import (
+    AgentRow,
+    ChampionRow,
+    Experiment,
+    LiveSnapshot,
+    LiveView,
+    Standing,
+    TierQueue,
+    gather_snapshot,
+    render,
+)
+from swarm.sql_client import ask_ledger
+from tests.conftest import make_result, wait_for_async
+
+NOW = 1_700_000_000.0
+HYPOTHESIS = "Raise the learning rate and lengthen the warmup so the bigger models train as well"
+
+
+def snapshot(**fields: object) -> LiveSnapshot:
+    values: dict[str, object] = {
+        "elapsed_s": 754.0,
+        "minutes": 30.0,
+        "max_experiments": 500,
+        "taken_at": NOW,
+        "agents": (
+            AgentRow("researcher-0-explorer", 2, "propose", "idea-aaa: LR 0.001→0.002", NOW - 30),
+            AgentRow("researcher-1-ablator", 0),
+        ),
+        "queues": (TierQueue(0, 17, 4), TierQueue(1, 3, 2)),
+        "experiments": (
+            Experiment(1, "idea-aaa", 1, 300.0, running=True, progress=0.5),
+            Experiment(0, "", 2, 20.0, running=True),
+            Experiment(0, "idea-bbb", 3, 5.0, running=False),
+        ),
+        "leaderboard": (
+            Standing(1, 3, "idea-aaa", "researcher-0-explorer", HYPOTHESIS, "val_bpb", 1.2, 3),
+            Standing(1, 3, "(champion)", "", "", "val_bpb", 1.23456, 6),
+        ),
+        "champions": (
+            ChampionRow(3, "STACK", "idea-ccc", "researcher-1-ablator", HYPOTHESIS, NOW - 100),
+            ChampionRow(1, "INITIAL", "", "", "", NOW - 800),
+        ),
+        "runs_by_status": {"OK": 40, "CRASH": 2},
+        "decisions_by_verdict": {"PROMOTE": 3, "REJECT": 5},
+    }
+    values.update(fields)
+    return LiveSnapshot(**values)  # type: ignore[arg-type]
+
+
+def plain_console(terminal: bool = False) -> Console:
+    return Console(file=io.StringIO(), width=100, force_terminal=terminal, color_system=None)
+
+
+def output(console: Console) -> str:
+    return console.file.getvalue()  # type: ignore[attr-defined, no-any-return]
+
+
+def test_render_shows_agents_queues_progress_leaderboard_and_champions() -> None:
+    console = plain_console()
+    console.print(render(snapshot()))
+    text = output(console)
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert "elapsed 12m34s/30m00s" in text and "experiments 42/500" in text
+    assert "champion v3" in text and "CRASH 2" in text and "REJECT 5" in text
+    assert "researcher-0-explorer" in text and "researcher-1-ablator" in text
+    assert "explorer" in text and "idea-aaa: LR 0.001→0.002" in text
+    assert "17" in text and "running" in text
+    assert "██████░░░░░░  50%" in text  # tier 1's running experiment, half way
+    assert "running 20s" in text and "queued 5s" in text and "baseline" in text
+    assert "(champion)" in text and "1.2346" in text and "Raise the learning rate" in text
+    assert "STACK" in text and "INITIAL" in text and "idea-ccc" in text
+
+
+def test_render_of_an_empty_snapshot_says_what_went_wrong() -> None:
+    console = plain_console()
+    console.print(render(LiveSnapshot(3.0, None, 0, error="ledger: no ledger is answering")))
+    text = output(console)
+    assert "elapsed 3s" in text and "champion v0" in text
+    assert "ledger: no ledger is answering" in text
+
+
+def test_plain_view_prints_one_status_line_per_update() -> None:
+    console = plain_console()
+    view = LiveView(console)
+    view.update(snapshot())
+    view.update(snapshot(runs_by_status={"OK": 41, "CRASH": 2}))
+    view.close()
+    view.close()
+    view.update(snapshot())  # after close: ignored
+    lines = output(console).splitlines()
+    assert len(lines) == 2
+    assert "runs 42/500" in lines[0] and "runs 43/500" in lines[1]
+    assert "tier0 17q/4r" in lines[0] and "champion v3" in lines[0]
+    assert "best@tier1 idea-aaa 1.2000" in lines[0]
+
+
+def test_terminal_view_draws_in_place_and_closes_once() -> None:
+    console = plain_console(terminal=True)
+    view = LiveView(console)
+    view.update(snapshot())
+    view.update(snapshot(queues=(TierQueue(0, 99, 4),)))
+    view.close()
+    view.close()
+    text = output(console)
+    assert "researcher-0-explorer" in text and "99" in text
+
+
+async def test_gather_snapshot_without_a_ledger_reports_the_error_and_the_queues(
+    nc: Client,
+) -> None:
+    await ensure_trainer_consumer(nc.jetstream(), 1)
+    result = await gather_snapshot(nc, time.monotonic() - 5, None, 0, timeout_s=1)
+    assert result.error.startswith("ledger:")
+    assert result.elapsed_s >= 5 and result.agents == ()
+    assert result.queues == (TierQueue(1, 0, 0),)
+    assert "error: ledger:" in result.line()
+
+
+async def test_gather_snapshot_reads_the_ledger_and_the_queues(
+    nc: Client, ledger: LedgerService
+) -> None:
+    js = nc.jetstream()
+    r0, r1 = "researcher-0-explorer", "researcher-1-ablator"
+    t = time.time()
+    for agent, role in ((r0, "researcher"), (r1, "researcher"), ("trainer-0", "trainer")):
+        await publish_event(js, AgentEvent(new_id("ev"), agent, AgentEventKind.JOINED, role=role))
+    ideas = [("idea-a", r0), ("idea-b", r0), ("idea-c", r1)]
+    for idea_id, author in ideas:
+        await publish_event(js, Idea(idea_id, author, f"{idea_id} {HYPOTHESIS}", "", 1))
+    await publish_event(js, Trace(new_id("tr"), r0, "propose", proposed="idea-b", created_at=t - 9))
+    await publish_event(js, Trace(new_id("tr"), r0, "propose", proposed="idea-a: LR", created_at=t))
+    # idea-a waits for a retest (in play), idea-b is rejected, idea-c was stacked into v2.
+    for idea_id, verdict in (("idea-a", Verdict.RETEST), ("idea-b", Verdict.REJECT)):
+        await publish_event(js, Decision(new_id("d"), idea_id, 0, verdict, 1, "rule"))
+    await publish_event(js, Decision(new_id("d"), "idea-c", 1, Verdict.PROMOTE, 1, "rule"))
+    await publish_event(js, ChampionChange(1, 0, ChangeKind.INITIAL, "sha1"))
+    await publish_event(js, ChampionChange(2, 1, ChangeKind.STACK, "sha2", idea_id="idea-c"))
+    ok, crash = RunStatus.OK, RunStatus.CRASH
+    results = [  # (tier, champion version, idea, status, metric): each ran ~50 s
+        make_result(
+            i,
+            tier=tier,
+            champion_version=v,
+            idea_id=idea,
+            status=status,
+            metric=metric,
+            train_seconds=40.0,
+            startup_seconds=6.0,
+            eval_seconds=4.0,
+        )
+        for i, (tier, v, idea, status, metric) in enumerate(
+            [
+                (0, 1, "idea-a", ok, 1.5),
+                (0, 2, "", ok, 1.4),
+                (0, 2, "idea-a", ok, 1.3),
+                (1, 1, "idea-c", ok, 1.1),
+                (0, 2, "", crash, None),
+            ]
+        )
+    ]
+    for result in results:
+        await publish_event(js, result)
+    # Tier 0 has trainers: three jobs queued, then one taken (running); tier 2 only a RunSpec.
+    await ensure_trainer_consumer(js, 0)
+    for seed in range(3):
+        spec = RunSpec(new_id("run"), 0, seed, 2, BudgetKind.SECONDS, 1.0, created_at=t - 25 + seed)
+        await enqueue_run(js, spec)
+    await publish_event(js, RunSpec(new_id("run"), 2, 0, 2, BudgetKind.SECONDS, 1.0, "idea-a"))
+    trainer = await js.pull_subscribe_bind(trainer_consumer_name(0), JOBS_STREAM)
+    (taken,) = await trainer.fetch(1, timeout=5)
+    assert taken.subject == job_subject(0)
+
+    async def all_in() -> bool:
+        sql = "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM run_specs) AS n"
+        return (await ask_ledger(nc, sql, 5)).table.column("n")[0].as_py() == len(results) + 4
+
+    await wait_for_async(all_in, 20)
+    found = await gather_snapshot(nc, time.monotonic() - 60, 10.0, 100)
+    assert found.error == ""
+    assert found.runs_by_status == {"OK": 4, "CRASH": 1} and found.experiments_run == 5
+    assert found.decisions_by_verdict == {"RETEST": 1, "REJECT": 1, "PROMOTE": 1}
+    assert [(a.name, a.in_play, a.last_proposed) for a in found.agents] == [
+        (r0, 1, "idea-a: LR"),
+        (r1, 0, ""),
+    ]
+    assert found.queues == (TierQueue(0, 2, 1), TierQueue(2, 0, 0))
+    running = [e for e in found.experiments if e.running]
+    assert [(e.tier, e.seed, e.idea_id) for e in running] == [(0, 0, "")]
+    assert running[0].progress is not None and 0.3 < running[0].progress < 0.7  # ~25s of ~50s
+    assert len(found.experiments) == 4  # the rest are queued, with no progress estimate
+    assert all(e.progress is None for e in found.experiments if not e.running)
+    # Latest champion per tier: tier 1 at v1, tier 0 at v2 (v1's row is left out).
+    assert [(b.tier, b.champion_version, b.idea_id) for b in found.leaderboard] == [
+        (1, 1, "idea-c"),
+        (0, 2, "idea-a"),
+        (0, 2, "(champion)"),
+    ]
+    assert found.leaderboard[0].author == r1 and found.leaderboard[0].n_runs == 1
+    assert [(c.version, c.kind, c.idea_id) for c in found.champions] == [
+        (2, "STACK", "idea-c"),
+        (1, "INITIAL", ""),
+    ]
+    assert found.champion_version == 2 and "best@tier1 idea-c 1.1000" in found.line()
+    await taken.ack()
