@@ -19,7 +19,11 @@ format:
 bench:
 	$(PY) bench/ledger_bench.py --events 100000
 	$(PY) bench/training_bench.py --seeds 2 --scale 0.2
+	$(PY) bench/budget_noise.py --seeds 2
 
 bench-long:
 	$(PY) bench/ledger_bench.py --events 1000000
 	$(PY) bench/training_bench.py --seeds 5
+	$(PY) bench/budget_noise.py --seeds 4
+	rm -rf /tmp/swarm-30min && .venv/bin/swarm --workspace /tmp/swarm-30min start --agents 4 --minutes 30
+	$(PY) bench/swarm_figures.py /tmp/swarm-30min

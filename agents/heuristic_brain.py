@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
+from agents.hypotheses import clip, describe, short, step_text
 from agents.recipe_constants import (
     Change,
     Constant,
@@ -50,7 +51,6 @@ from bus.champion_store import fingerprint
 
 PREFERRED_MOVE_PROBABILITY = 0.8
 MAX_CANDIDATES_PER_MOVE = 128  # bounds the retries; every move's own supply is finite anyway
-HYPOTHESIS_LIMIT = 300
 EXPLORER_FACTORS = (1.25, 1.5, 2.0)
 PUSH_FRACTIONS = (0.5, 1.0)  # exploiter: a further step, as a share of the idea's own step
 PROMOTED = frozenset({"PROMOTE", "HELD"})
@@ -118,46 +118,10 @@ def _gain(finding: Finding) -> float:
     return finding.delta if finding.delta is not None else 0.0
 
 
-def _ratio(old: float, new: float) -> str:
-    if old == 0 or new == 0 or (old > 0) != (new > 0):
-        return ""
-    r = new / old
-    return f"x{r:.3g}" if r >= 1 else f"/{1 / r:.3g}"
-
-
-def _short(change: Change) -> str:
-    return f"{change.name} {change.old} -> {change.new}"
-
-
-def _step_text(change: Change) -> str:
-    old, new = parse_value(change.old), parse_value(change.new)
-    if isinstance(old, bool | tuple) or isinstance(new, bool | tuple):
-        return f"{change.old} -> {change.new}"
-    return _ratio(old, new) or f"{change.old} -> {change.new}"
-
-
-def _describe(change: Change, comment: str) -> str:
-    old, new = parse_value(change.old), parse_value(change.new)
-    if isinstance(new, bool):
-        text = f"Turn {change.name} {'on' if new else 'off'}"
-    elif isinstance(old, bool | tuple) or isinstance(new, tuple):
-        text = f"Change {change.name} from {change.old} to {change.new}"
-    else:
-        ratio = _ratio(old, new)
-        verb = "Raise" if new > old else "Lower"
-        text = f"{verb} {change.name} from {change.old} to {change.new}"
-        text += f" ({ratio})" if ratio else ""
-    return f"{text}: {comment}" if comment else text
-
-
 def _applies(change: Change, board: _Board) -> bool:
     """The change was made from the champion's current value (not from an older one)."""
     constant = board.constants.get(change.name)
     return constant is not None and same_value(constant.value, parse_value(change.old))
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= HYPOTHESIS_LIMIT else text[: HYPOTHESIS_LIMIT - 3] + "..."
 
 
 def _slots(board: _Board) -> list[tuple[str, int | None, Scalar, Kind]]:
@@ -230,7 +194,7 @@ class HeuristicBrain:
         spent: Sequence[Persona],
     ) -> Proposal:
         lead = draft.lead or "; ".join(
-            _describe(c, board.constants[c.name].comment) for c in changes
+            describe(c, board.constants[c.name].comment) for c in changes
         )
         positive = sum(
             1 for f in board.findings if f.champion_version == board.version and _positive(f)
@@ -243,7 +207,7 @@ class HeuristicBrain:
             cause = "its own had nothing untried" if self.persona in spent else "for variety"
             how += f" making a {move} move ({cause})"
         return Proposal(
-            hypothesis=_clip(f"{lead}. {draft.tail}"),
+            hypothesis=clip(f"{lead}. {draft.tail}"),
             source=source,
             changes=changes,
             persona=self.persona,
@@ -324,7 +288,7 @@ class HeuristicBrain:
                 if moved is not None:
                     value = with_element(anchor, index, moved)
                     tail = (
-                        f"Exploiting {finding.idea_id} whose {_step_text(change)} step "
+                        f"Exploiting {finding.idea_id} whose {step_text(change)} step "
                         f"gained {_gain(finding):.3g}."
                     )
                     reason = f"pushing {change.name} the way {finding.idea_id} moved it"
@@ -350,7 +314,7 @@ class HeuristicBrain:
         for a, b in reversed(pairs):
             values = {c.name: parse_value(c.new) for f in (a, b) for c in f.changes}
             lead = "Combine " + " with ".join(
-                f"{f.idea_id} ({', '.join(_short(c) for c in f.changes)}, gained {_gain(f):.3g})"
+                f"{f.idea_id} ({', '.join(short(c) for c in f.changes)}, gained {_gain(f):.3g})"
                 for f in (a, b)
             )
             tail = "Gains on different constants may add up."

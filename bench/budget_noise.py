@@ -3,7 +3,8 @@
 For each tier asked for, both budget kinds at matched size (the time budget is the token budget
 divided by the tier's measured tokens/s), K seeds, three recipes through the real runner:
 the champion, a null idea (a comment-only edit: any paired difference is pure noise), and a
-real change (the learning rate doubled). Two experiments at a time, as the swarm runs them.
+real change (half the batch size, which the default swarm found and stacked). Two experiments
+at a time, as the swarm runs them.
 
     python bench/budget_noise.py                 # tier 0, 4 seeds (about 4 minutes)
     python bench/budget_noise.py --tiers 0,1 --seeds 6
@@ -41,7 +42,8 @@ CHAMPION = RECIPE.read_text()
 RECIPES = {
     "champion": CHAMPION,
     "null": CHAMPION.replace("# --- hyperparameters", "# --- hyperparameters (unchanged)", 1),
-    "lr x2": CHAMPION.replace("LEARNING_RATE = 3e-3", "LEARNING_RATE = 6e-3", 1),
+    # A change the swarm found and stacked (README's half-hour run): twice the steps per token.
+    "batch /2": CHAMPION.replace("BATCH_SIZE = 16", "BATCH_SIZE = 8", 1),
 }
 
 
@@ -79,7 +81,8 @@ def main() -> None:
     with ProcessPoolExecutor(args.parallel) as pool:
         for index in (int(t) for t in args.tiers.split(",")):
             tokens = ladder[index]
-            _, probe = one_run(tokens, 99, "champion")  # this machine's tokens/s at this tier
+            # This machine's tokens/s at this tier (in a worker: experiments fork from there).
+            _, probe = pool.submit(one_run, tokens, 99, "champion").result()
             rate = probe.tokens / probe.train_seconds
             seconds = dataclasses.replace(
                 tokens, budget_kind=BudgetKind.SECONDS, budget=round(tokens.budget / rate, 1)
@@ -87,7 +90,7 @@ def main() -> None:
             for tier in (tokens, seconds):
                 jobs = [(tier, s, name) for s in range(args.seeds) for name in RECIPES]
                 results = list(pool.map(one_run, *zip(*jobs, strict=True)))
-                null, gains = paired(results, "null"), paired(results, "lr x2")
+                null, gains = paired(results, "null"), paired(results, "batch /2")
                 null_sd = statistics.stdev(null) if len(null) > 1 else float("nan")
                 mean = statistics.fmean(gains) if gains else float("nan")
                 sd = statistics.stdev(gains) if len(gains) > 1 else float("nan")

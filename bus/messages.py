@@ -35,6 +35,7 @@ class RunStatus(enum.StrEnum):
     TIMEOUT = "TIMEOUT"
     OOM = "OOM"
     REFUSED = "REFUSED"
+    SKIPPED = "SKIPPED"  # not run: the champion it was for had been replaced before it started
 
 
 class Verdict(enum.StrEnum):

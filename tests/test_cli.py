@@ -62,7 +62,8 @@ def test_sql_while_running_and_after_stop(running_swarm: RunningSwarm) -> None:
 
     output = running_swarm.stop()
     assert "swarm: stopped" in output
-    assert "runs=60" in output  # the live status line
+    assert "| runs 60 |" in output  # the live view's line (stdout is not a terminal)
+    assert "experiments run: 60" in output  # the summary at exit
 
     after = run_swarm(root, "sql", LEADERBOARD, "--format", "csv")
     assert after.returncode == 0, after.stderr

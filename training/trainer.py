@@ -67,9 +67,7 @@ class Trainer:
     async def run(self, stop: asyncio.Event) -> None:
         subs = []
         for tier in sorted(self.options.tiers, reverse=True):  # highest tier first
-            await ensure_trainer_consumer(
-                self.js, tier, self.options.max_concurrent.get(tier, 0)
-            )
+            await ensure_trainer_consumer(self.js, tier, self.options.max_concurrent.get(tier, 0))
             subs.append(
                 await self.js.pull_subscribe_bind(trainer_consumer_name(tier), stream=JOBS_STREAM)
             )
@@ -121,6 +119,12 @@ class Trainer:
                 msg,
             )
             return
+        current = await self._current_champion()
+        if spec.champion_version < current:  # the ladder no longer uses results for it
+            base = result_fields(spec, self.options.device, self.name)
+            why = f"champion moved from v{spec.champion_version} to v{current} before it ran"
+            await self._publish(RunResult(**base, status=RunStatus.SKIPPED, reason=why), msg)
+            return
         try:
             source = await self._champion(spec.champion_version)
         except ChampionMissing as exc:
@@ -147,6 +151,13 @@ class Trainer:
             heartbeat.cancel()
             stopper.cancel()
         await self._publish(result, msg)
+
+    async def _current_champion(self) -> int:
+        try:
+            return await self.champions.current()
+        except Exception as exc:  # the store is unreachable: run the job rather than guess
+            log.warning("could not read the current champion: %s", exc)
+            return 0
 
     async def _champion(self, version: int) -> str:
         """The recipe a RunSpec's patch applies to, from the champion store. Version 1 is the
