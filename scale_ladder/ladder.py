@@ -293,20 +293,8 @@ class Ladder(LadderState):
         t = self.tiers[tier]
         who = idea_id or "base"
         suffix = f"-a{attempt}" if attempt else ""
-        return RunSpec(
-            run_id=f"run-{who}-v{version}-t{tier}-s{seed}{suffix}",
-            tier=tier,
-            seed=seed,
-            champion_version=version,
-            budget_kind=t.budget_kind,
-            budget=t.budget,
-            idea_id=idea_id,
-            patch=patch,
-            target=self.target,
-            dials=t.dials,
-            time_limit_s=t.time_limit_s,
-            eval_tokens=t.eval_tokens,
-        )
+        run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
+        return t.run_spec(run_id, seed, version, idea_id, patch, self.target)
 
     def _refuse(self, state: IdeaState, why: str, details: str = "") -> None:
         self._decide(state, Verdict.REFUSED, why, version=self.current, details=details)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bus.messages import BudgetKind
+from bus.messages import BudgetKind, RunSpec
 from scale_ladder.rules import PromotionRule
 
 DEFAULT_LADDER = Path("configs/ladder.toml")
@@ -40,6 +40,31 @@ class Tier:
     @property
     def dials(self) -> dict[str, int]:
         return {"depth": self.depth, "width": self.width, "context": self.context}
+
+    def run_spec(
+        self,
+        run_id: str,
+        seed: int,
+        champion_version: int = 1,
+        idea_id: str = "",
+        patch: str = "",
+        target: str = "bytelm",
+    ) -> RunSpec:
+        """One experiment at this tier: its budget, dials and limits."""
+        return RunSpec(
+            run_id=run_id,
+            tier=self.index,
+            seed=seed,
+            champion_version=champion_version,
+            budget_kind=self.budget_kind,
+            budget=self.budget,
+            idea_id=idea_id,
+            patch=patch,
+            target=target,
+            dials=self.dials,
+            time_limit_s=self.time_limit_s,
+            eval_tokens=self.eval_tokens,
+        )
 
 
 _FIELDS: dict[str, type] = {

@@ -51,19 +51,7 @@ def limits_for(tier: Tier) -> RunLimits:
 
 
 def run_spec(tier: Tier, seed: int, patch: str = "", idea_id: str = "") -> RunSpec:
-    return RunSpec(
-        run_id=new_id("run"),
-        tier=tier.index,
-        seed=seed,
-        champion_version=1,
-        budget_kind=tier.budget_kind,
-        budget=tier.budget,
-        idea_id=idea_id,
-        patch=patch,
-        dials=tier.dials,
-        time_limit_s=tier.time_limit_s,
-        eval_tokens=tier.eval_tokens,
-    )
+    return tier.run_spec(new_id("run"), seed, idea_id=idea_id, patch=patch)
 
 
 async def run_once(
