@@ -24,6 +24,7 @@ from bus.nats_bus import BusSettings, connect
 from bus.subjects import ensure_streams
 from swarm.config import SwarmConfig, dump_config
 from swarm.event_loop import stop_on_signals
+from swarm.ladder_process import make_ladder
 from swarm.live_view import LiveView, gather_snapshot
 from swarm.supervisor import ManagedProcess
 from swarm.workspace import Workspace
@@ -48,6 +49,7 @@ async def start_swarm(
     minutes: float | None = None,
     out: TextIO = sys.stdout,
 ) -> None:
+    make_ladder(config)  # a bad ladder or target stops the start here, naming the key
     workspace.create()
     lock = workspace.acquire_lock()
     if lock is None:
