@@ -8,7 +8,6 @@ for a proposal on the current champion, never one already tried there.
 
 from __future__ import annotations
 
-import difflib
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -16,7 +15,7 @@ from agents.heuristic_brain import Finding, HeuristicBrain, Proposal
 from agents.recipe_constants import Change, changes_between
 from bus.champion_store import fingerprint
 from bus.messages import ChampionChange, ChangeKind, Decision, Idea, Trace, Verdict, new_id
-from training.patching import PatchRefused, apply
+from training.patching import PatchRefused, apply, make_patch
 
 # After these verdicts an idea is out of play (PROMOTE at the top tier too: it is being stacked).
 FINAL = frozenset({Verdict.REJECT, Verdict.REFUSED, Verdict.STALE, Verdict.HELD})
@@ -117,14 +116,7 @@ class Researcher:
     def _step(self, proposal: Proposal, source: str, version: int, read: int) -> Step:
         idea_id = new_id("idea")
         trace_id = new_id("trace")
-        patch = "".join(
-            difflib.unified_diff(
-                source.splitlines(True),
-                proposal.source.splitlines(True),
-                f"a/{self.editable}",
-                f"b/{self.editable}",
-            )
-        )
+        patch = make_patch(source, proposal.source, self.editable)
         idea = Idea(
             idea_id,
             self.name,

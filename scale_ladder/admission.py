@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 
-from training.patching import PatchRefused, apply
+from training.patching import PatchRefused, apply, make_patch
 
 
 class NotAdmitted(ValueError):
@@ -30,14 +30,6 @@ def patched_source(source: str, patch: str, editable: str) -> str:
     return new
 
 
-def diff(old: str, new: str, editable: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            old.splitlines(True), new.splitlines(True), f"a/{editable}", f"b/{editable}"
-        )
-    )
-
-
 def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> str:
     """The same change expressed against a new champion; NotAdmitted if it no longer fits.
 
@@ -47,7 +39,7 @@ def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> s
     than the stacked change survives it; one touching the same lines becomes STALE.
     """
     try:
-        return diff(new_champion, patched_source(new_champion, patch, editable), editable)
+        return make_patch(new_champion, patched_source(new_champion, patch, editable), editable)
     except NotAdmitted:
         pass
     wanted = patched_source(old_champion, patch, editable)
@@ -71,11 +63,9 @@ def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> s
     new = "".join(target)
     if new == new_champion:
         raise NotAdmitted("the new champion already contains this change")
-    return diff(
-        new_champion,
-        patched_source(new_champion, diff(new_champion, new, editable), editable),
-        editable,
-    )
+    carried = make_patch(new_champion, new, editable)
+    patched_source(new_champion, carried, editable)  # it must still compile
+    return carried
 
 
 def _unique(lines: list[str], block: list[str]) -> int | None:

@@ -27,7 +27,7 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from scale_ladder.admission import NotAdmitted, diff, patched_source, rebase
+from scale_ladder.admission import NotAdmitted, patched_source, rebase
 from scale_ladder.ladder_state import (
     BASELINE_ATTEMPTS,
     IdeaState,
@@ -37,6 +37,7 @@ from scale_ladder.ladder_state import (
     tier_seed,
 )
 from scale_ladder.rules import Evidence, Outcome, decide, paired_gains, pooled_sigma
+from training.patching import make_patch
 
 __all__ = ["Ladder", "LadderRefusal", "Phase", "tier_seed"]
 
@@ -161,10 +162,10 @@ class Ladder(LadderState):
         baseline = self.results[("", state.version, state.tier)]
         base = {s: r.metric for s, r in baseline.items() if r.metric is not None}
         groups = []
-        for (other, version, tier), runs in self.results.items():
-            if other and version == state.version and tier == state.tier:
-                mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
-                groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
+        for other in self.tested_at[(state.version, state.tier)]:
+            runs = self.results.get((other, state.version, state.tier), {})
+            mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
+            groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
         peers = [g for i, g in self.gains[(state.version, state.tier)].items() if i != key[0]]
         return Evidence(idea, pairs, pooled_sigma(groups), peers, self.lower_is_better)
 
@@ -223,9 +224,8 @@ class Ladder(LadderState):
         version = self.current
         for tier in self.tiers:
             needed: set[int] = set()
-            for (idea_id, v, t), seeds in self.requested.items():
-                if idea_id and v == version and t == tier.index:
-                    needed |= seeds
+            for idea_id in self.tested_at[(version, tier.index)]:
+                needed |= self.requested[(idea_id, version, tier.index)]
             if tier.index == 0 or needed:
                 needed |= {tier_seed(tier.index, i) for i in range(tier.seeds)}
             for seed in sorted(needed):
@@ -261,7 +261,7 @@ class Ladder(LadderState):
                 current.version,
                 ChangeKind.REVERT,
                 recipe_sha(source),
-                patch=diff(current.source, source, self.editable),
+                patch=make_patch(current.source, source, self.editable),
                 reason=f"reverted to v{version} by {who}",
                 source=source,
             )

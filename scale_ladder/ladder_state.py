@@ -76,6 +76,10 @@ class LadderState:
     results: dict[tuple[str, int, int], dict[int, RunResult]] = field(
         default_factory=lambda: defaultdict(dict)
     )
+    # (version, tier) -> ideas with RunSpecs there, in order (an index: saves scanning them all)
+    tested_at: dict[tuple[int, int], dict[str, None]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     # (version, tier, seed) -> baseline RunSpecs made / their results in
     baseline_tries: dict[tuple[int, int, int], int] = field(
         default_factory=lambda: defaultdict(int)
@@ -123,6 +127,7 @@ class LadderState:
         if not spec.idea_id:
             self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1
             return
+        self.tested_at[(spec.champion_version, spec.tier)][spec.idea_id] = None
         self.baselines_dirty = True  # the baseline may need this seed too
         state = self.ideas.get(spec.idea_id)
         if state is None or spec.champion_version < state.version:
@@ -147,8 +152,8 @@ class LadderState:
         else:  # a baseline result may complete the pairs of every idea at that tier
             self.baseline_finished[(result.champion_version, result.tier, result.seed)] += 1
             self.baselines_dirty = True
-            for idea_id, state in self.ideas.items():
-                if state.phase is Phase.TESTING and state.tier == result.tier:
+            for idea_id in self.tested_at[(result.champion_version, result.tier)]:
+                if self.ideas[idea_id].phase is Phase.TESTING:
                     self.dirty[idea_id] = None
 
     def _observe_decision(self, decision: Decision) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from bus.embedded_server import NatsServerError
 from bus.messages import RunStatus
-from bus.nats_bus import BusUnavailable, connect
+from bus.nats_bus import BusSettings, BusUnavailable, connect
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import event_loop, people
@@ -235,9 +235,7 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
     elif args.command == "ladder":
         await run_ladder(config, workspace)
     elif args.command == "agents":
-        settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
-        if settings is None:
-            raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
+        settings = _bus_to_join(config, workspace)
         await run_agents(config, settings, args.count, args.name)
     elif args.command in ("review", "approve", "reject", "champion", "report"):
         print(await _people(args, config, workspace))
@@ -254,13 +252,19 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         print(summary(result, result.metric_name))
         return 0 if result.status == RunStatus.OK else 1
     elif args.command == "worker":
-        settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
-        if settings is None:
-            raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
+        settings = _bus_to_join(config, workspace)
         from swarm.training_setup import run_worker
 
         await run_worker(config, workspace, settings, args.tiers)
     return 0
+
+
+def _bus_to_join(config: SwarmConfig, workspace: Workspace) -> BusSettings:
+    """--nats URL, or the swarm running in this workspace (worker and agents join either)."""
+    settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
+    if settings is None:
+        raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
+    return settings
 
 
 async def _people(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> str:

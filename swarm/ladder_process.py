@@ -24,12 +24,20 @@ def target_info(config: SwarmConfig) -> TargetInfo:
     t = config.target
     if t.kind == "bytelm":
         return BYTELM
-    if not t.edit or not t.metric:
-        raise ConfigError("--target command needs --edit and --metric (target.edit, target.metric)")
-    path = Path(t.project) / t.edit
-    if not path.is_file():
-        raise ConfigError(f"--edit {t.edit}: no such file in {t.project}")
-    return TargetInfo("command", t.edit, t.metric, t.direction == "minimize", path)
+    require_target_keys(config, ("edit", "metric"))
+    project = Path(t.project).resolve()
+    if not (project / t.edit).is_file():
+        raise ConfigError(f"--edit {t.edit}: no such file in {project}")
+    return TargetInfo("command", t.edit, t.metric, t.direction == "minimize", project / t.edit)
+
+
+def require_target_keys(config: SwarmConfig, keys: tuple[str, ...]) -> None:
+    missing = [key for key in keys if not getattr(config.target, key)]
+    if missing:
+        raise ConfigError(
+            f"--target command needs {', '.join('--' + m for m in missing)} "
+            "(target." + ", target.".join(missing) + " in the config)"
+        )
 
 
 def make_ladder(config: SwarmConfig) -> Ladder:

@@ -12,6 +12,7 @@ from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import Tier, load_tiers
 from swarm.config import ConfigError, SwarmConfig
 from swarm.event_loop import stop_on_signals
+from swarm.ladder_process import require_target_keys, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
 from training.targets import BytelmTarget, CommandTarget, Target
@@ -22,16 +23,10 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
     t = config.target
     if t.kind == "bytelm":
         return BytelmTarget(workspace.root / "corpus", Path(t.data) if t.data else None)
-    missing = [key for key in ("edit", "run", "metric") if not getattr(t, key)]
-    if missing:
-        raise ConfigError(
-            f"--target command needs {', '.join('--' + m for m in missing)} "
-            "(target." + ", target.".join(missing) + " in the config)"
-        )
+    require_target_keys(config, ("edit", "run", "metric"))
+    info = target_info(config)
     project = Path(t.project).resolve()
-    if not (project / t.edit).is_file():
-        raise ConfigError(f"--edit {t.edit}: no such file in {project}")
-    return CommandTarget(project, t.edit, t.run, t.metric, t.direction == "minimize")
+    return CommandTarget(project, info.editable, t.run, info.metric_name, info.lower_is_better)
 
 
 def resolve_device(name: str) -> str:

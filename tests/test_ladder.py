@@ -255,7 +255,8 @@ def test_retest_adds_fresh_seeds_up_to_max(tmp_path: Path) -> None:
 
 
 def test_rebase_carries_an_edit_past_a_neighbouring_change_of_the_real_recipe() -> None:
-    from scale_ladder.admission import NotAdmitted, diff, patched_source, rebase
+    from scale_ladder.admission import NotAdmitted, patched_source, rebase
+    from training.patching import make_patch as diff
     from training.target_info import RECIPE
 
     v1 = RECIPE.read_text()

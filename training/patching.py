@@ -7,6 +7,7 @@ creates or deletes files, or does not apply is refused with the reason.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -117,3 +118,12 @@ def _find(lines: list[str], old: list[str], want: int) -> int | None:
             if 0 <= at <= len(lines) - len(old) and lines[at : at + len(old)] == old:
                 return at
     return None
+
+
+def make_patch(old: str, new: str, editable: str) -> str:
+    """The unified diff turning `old` into `new`, naming the editable file as `apply` expects."""
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(True), new.splitlines(True), f"a/{editable}", f"b/{editable}"
+        )
+    )
