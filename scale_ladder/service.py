@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.api import DeliverPolicy
 
 from bus.champion_store import ChampionStore
-from bus.codec import CodecError, decode
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
 from bus.nats_bus import enqueue_run, publish_event
-from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, LADDER_CONTROL_SUBJECT
+from bus.replay import Replay, replay_events
+from bus.subjects import LADDER_CONTROL_SUBJECT
 from scale_ladder.ladder import Ladder, LadderRefusal
 
 log = logging.getLogger(__name__)
@@ -48,18 +47,14 @@ class LadderService:
         self.options = options
         self.store = ChampionStore(self.js)
         self.caught_up = asyncio.Event()
-        self._inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        self._inbox: asyncio.Queue[tuple[Message | None, int]] = asyncio.Queue()
         self._lock = asyncio.Lock()  # one act-and-publish at a time
 
     async def run(self, stop: asyncio.Event) -> None:
-        info = await self.js.stream_info(EVENTS_STREAM)
-        start_seq = info.state.last_seq
-        replay = await self.js.subscribe(
-            EVENTS_SUBJECTS,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-            cb=self._inbox.put,
+        replay = await replay_events(
+            self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive
         )
+        start_seq = replay.start_seq
         control = await self.nc.subscribe(LADDER_CONTROL_SUBJECT, cb=self._control)
         if start_seq == 0:
             self.caught_up.set()
@@ -76,27 +71,29 @@ class LadderService:
                     if self.caught_up.is_set():
                         await self._act()
                     continue
-                self._fold(getter.result(), start_seq)
+                self._fold(*getter.result(), replay)
                 while not self._inbox.empty():
-                    self._fold(self._inbox.get_nowait(), start_seq)
+                    self._fold(*self._inbox.get_nowait(), replay)
                 if self.caught_up.is_set():
                     await self._act()
             stopper.cancel()
         finally:
             await self._announce(AgentEventKind.LEFT, f"{len(self.ladder.ideas)} ideas seen")
-            for sub in (replay, control):
+            for sub in (replay.subscription, control):
                 await _quietly_unsubscribe(sub)
 
-    def _fold(self, msg: Msg, start_seq: int) -> None:
-        if msg.subject.rpartition(".")[2] in FOLDED_KINDS:
+    async def _receive(self, message: Message | None, seq: int) -> None:
+        await self._inbox.put((message, seq))  # folded in the main loop, which then acts
+
+    def _fold(self, message: Message | None, seq: int, replay: Replay) -> None:
+        if message is not None:
             try:
-                self.ladder.observe(decode(msg.data, self.options.max_message_bytes))
-            except CodecError:
-                pass  # the ledger records it as a dead letter
+                self.ladder.observe(message)
             except Exception:  # one event must not stop the ladder (it would on every replay)
-                log.exception("could not fold event %d", msg.metadata.sequence.stream)
-        if msg.metadata.sequence.stream >= start_seq and not self.caught_up.is_set():
-            log.info("ladder caught up at event %d", msg.metadata.sequence.stream)
+                log.exception("could not fold event %d", seq)
+        # Caught up only once folded: acting (or a person's request) before would miss history.
+        if replay.caught_up(seq) and not self.caught_up.is_set():
+            log.info("ladder caught up at event %d", seq)
             self.caught_up.set()
 
     async def _act(self) -> None:

@@ -1,0 +1,51 @@
+"""Reading the event stream from its first event, then live: how a restarted ladder rebuilds its
+state and how agents joining late learn the swarm's history.
+
+An ordered consumer on SWARM_EVENTS delivers every event in stream order. `handle` gets each one
+with its stream sequence: the decoded message for the wanted kinds, None for other kinds and for
+undecodable events (the ledger keeps those as dead letters), so the reader always knows where
+it is. It has caught up once it has handled the sequence that was last when it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+from bus.codec import CodecError, decode
+from bus.messages import Message
+from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+
+Handler = Callable[[Message | None, int], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    subscription: Subscription
+    start_seq: int  # the stream's last event when the replay began (0: it was empty)
+
+    def caught_up(self, seq: int) -> bool:
+        return seq >= self.start_seq
+
+
+async def replay_events(
+    js: JetStreamContext, kinds: frozenset[str], max_bytes: int, handle: Handler
+) -> Replay:
+    async def deliver(msg: Msg) -> None:
+        message = None
+        if msg.subject.rpartition(".")[2] in kinds:
+            with contextlib.suppress(CodecError):
+                message = decode(msg.data, max_bytes)
+        await handle(message, msg.metadata.sequence.stream)
+
+    start_seq = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    subscription = await js.subscribe(
+        EVENTS_SUBJECTS, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL, cb=deliver
+    )
+    return Replay(subscription, start_seq)
