@@ -36,6 +36,7 @@ from scale_ladder.ladder_state import (
     Phase,
     tier_seed,
 )
+from scale_ladder.near_duplicates import nearest, patch_change
 from scale_ladder.rules import Evidence, Outcome, decide, paired_gains, pooled_sigma
 from training.patching import make_patch
 
@@ -110,18 +111,37 @@ class Ladder(LadderState):
         self._request(state.idea.idea_id, self.current, 0, patch, self.tiers[0].seeds)
 
     def _is_duplicate(self, state: IdeaState, patch: str) -> bool:
-        source = patched_source(self.champions[self.current].source, patch, self.editable)
+        """Refuse an idea whose patched recipe, or whose change up to form (near_duplicates.py),
+        is one already tried on the current champion, naming the earlier idea."""
+        champion = self.champions[self.current].source
+        source = patched_source(champion, patch, self.editable)
         earlier = self.fingerprints.get((self.current, fingerprint(source)))
-        if earlier is None or earlier == state.idea.idea_id:
+        if earlier is not None and earlier != state.idea.idea_id:
+            self._refuse(
+                state,
+                f"duplicate of {earlier} ({self._where(earlier)}) on champion v{self.current}",
+                details=json.dumps({"duplicate_of": earlier}),
+            )
+            return True
+        threshold = self.near_duplicate_similarity
+        earlier_changes = self.changes.get(self.current, [])
+        near = nearest(
+            patch_change(champion, source), earlier_changes, threshold, exclude=state.idea.idea_id
+        )
+        if near is None:
             return False
-        other = self.ideas.get(earlier)
-        where = f"at tier {other.tier}, {other.phase.value}" if other else ""
+        similarity = round(near.similarity, 4)
         self._refuse(
             state,
-            f"duplicate of {earlier} ({where}) on champion v{self.current}",
-            details=json.dumps({"duplicate_of": earlier}),
+            f"near-duplicate of {near.idea_id} (similarity {similarity:.2f} ≥ {threshold:.2f}; "
+            f"{self._where(near.idea_id)}) on champion v{self.current}",
+            details=json.dumps({"near_duplicate_of": near.idea_id, "similarity": similarity}),
         )
         return True
+
+    def _where(self, idea_id: str) -> str:
+        other = self.ideas.get(idea_id)
+        return f"at tier {other.tier}, {other.phase.value}" if other else ""
 
     def _carry_over(self, state: IdeaState) -> None:
         """The champion moved on: test the idea again on it from tier 0, or mark it STALE."""

@@ -26,7 +26,8 @@ from bus.messages import (
     Verdict,
 )
 from scale_ladder.admission import NotAdmitted, patched_source
-from scale_ladder.tiers import Tier
+from scale_ladder.near_duplicates import PatchChange, patch_change
+from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
 SEED_STRIDE = 1000  # tier k runs seeds k·1000 + i: every tier re-tests on fresh seeds
 BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
@@ -66,6 +67,7 @@ class LadderState:
     target: str = "bytelm"
     lower_is_better: bool = True
     require_approval: bool = False
+    near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
     champions: dict[int, ChampionChange] = field(default_factory=dict)
     ideas: dict[str, IdeaState] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
@@ -88,6 +90,10 @@ class LadderState:
         default_factory=lambda: defaultdict(int)
     )
     fingerprints: dict[tuple[int, str], str] = field(default_factory=dict)  # -> first idea id
+    # version -> (idea id, normalised change) of each idea's first RunSpec there, in spec order
+    changes: dict[int, list[tuple[str, PatchChange]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     # (version, tier) -> mean gain of each idea the rules decided there (the rank gate's peers)
     gains: dict[tuple[int, int], dict[str, float]] = field(
         default_factory=lambda: defaultdict(dict)
@@ -139,6 +145,9 @@ class LadderState:
                     source = patched_source(champion.source, spec.patch, self.editable)
                     key = (spec.champion_version, fingerprint(source))
                     self.fingerprints.setdefault(key, spec.idea_id)
+                    change = patch_change(champion.source, source)
+                    if change:
+                        self.changes[spec.champion_version].append((spec.idea_id, change))
         state.phase, state.version, state.patch = Phase.TESTING, spec.champion_version, spec.patch
         state.tier = spec.tier
 

@@ -3,6 +3,8 @@
 A tier names few dials (depth, width, context) and derives the rest in the recipe, a budget in
 tokens or seconds, the hard wall-clock limit of one experiment, how many held-out bytes the
 evaluator scores, and its promotion rule (see rules.py; keys default to PromotionRule's).
+Two top-level keys apply to the whole ladder: require_approval and near_duplicate_similarity
+(see near_duplicates.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from bus.messages import BudgetKind, RunSpec
 from scale_ladder.rules import PromotionRule
 
 DEFAULT_LADDER = Path("configs/ladder.toml")
+NEAR_DUPLICATE_SIMILARITY = 0.9
 
 
 class LadderConfigError(ValueError):
@@ -95,24 +98,37 @@ _OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int}
 class LadderConfig:
     tiers: list[Tier]
     require_approval: bool = False  # a person approves every change before it is stacked
+    # an idea this similar to one tried on the same champion is refused (1.0: identical only)
+    near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
 
 
 def load_ladder(path: Path | None = None) -> LadderConfig:
     path = path or DEFAULT_LADDER
     data = _read(path)
-    unknown = set(data) - {"tier", "require_approval"}
+    unknown = set(data) - {"tier", "require_approval", "near_duplicate_similarity"}
     if unknown:
         raise LadderConfigError(
             f"{path}: unknown key {sorted(unknown)[0]}; "
-            "expected require_approval and [[tier]] tables"
+            "expected require_approval, near_duplicate_similarity and [[tier]] tables"
         )
     approval = data.get("require_approval", False)
     if not isinstance(approval, bool):
         raise LadderConfigError(f"{path}: require_approval must be true or false")
+    similarity = data.get("near_duplicate_similarity", NEAR_DUPLICATE_SIMILARITY)
+    if (
+        not isinstance(similarity, int | float)
+        or isinstance(similarity, bool)
+        or not 0 < similarity <= 1
+    ):
+        raise LadderConfigError(
+            f"{path}: near_duplicate_similarity must be a number in (0, 1], got {similarity!r}"
+        )
     tiers = data.get("tier")
     if not isinstance(tiers, list) or not tiers:
         raise LadderConfigError(f"{path}: no [[tier]] tables")
-    return LadderConfig([_tier(i, raw, path) for i, raw in enumerate(tiers)], approval)
+    return LadderConfig(
+        [_tier(i, raw, path) for i, raw in enumerate(tiers)], approval, float(similarity)
+    )
 
 
 def load_tiers(path: Path | None = None) -> list[Tier]:

@@ -50,6 +50,7 @@ def make_ladder(config: SwarmConfig) -> Ladder:
         target=info.name,
         lower_is_better=info.lower_is_better,
         require_approval=ladder.require_approval,
+        near_duplicate_similarity=ladder.near_duplicate_similarity,
     )
 
 

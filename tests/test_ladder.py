@@ -3,6 +3,7 @@ approvals, reverts, and replay (a rebuilt ladder makes the same decisions and no
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,116 @@ def test_a_duplicate_is_refused_with_a_pointer(tmp_path: Path) -> None:
     (refusal,) = decisions(sim, "idea-b")
     assert refusal.verdict == Verdict.REFUSED and "duplicate of idea-a" in refusal.rule
     assert '"duplicate_of": "idea-a"' in refusal.details
+
+
+SCHEDULE = """
+
+def schedule(step, total):
+    warm = max(1, total // 10)
+    if step < warm:
+        return LR * (step + 1) / warm
+    progress = (step - warm) / max(1, total - warm)
+    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+"""
+
+
+def test_a_near_duplicate_is_refused_with_a_pointer(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.propose("idea-a", "LR = 1.0->LR = 2.0")
+    sim.propose("idea-comment", "LR = 1.0  # learning rate->LR = 2.0  # learning rate, doubled")
+    sim.propose("idea-space", "LR = 1.0->LR=2.0")
+    sim.propose("idea-digits", "LR = 1.0->LR = 2.001")  # the same value at 2 significant digits
+    sim.propose("idea-other", "LR = 1.0->LR = 2.5")  # another value: another idea
+    sim.propose("idea-wd", "WD = 0.1->WD = 0.2")  # another constant
+    for idea_id in ("idea-comment", "idea-space", "idea-digits"):
+        (refusal,) = decisions(sim, idea_id)
+        assert refusal.verdict == Verdict.REFUSED
+        assert refusal.rule == (
+            "near-duplicate of idea-a (similarity 1.00 ≥ 0.90; at tier 0, testing) on champion v1"
+        )
+        assert json.loads(refusal.details) == {"near_duplicate_of": "idea-a", "similarity": 1.0}
+    for idea_id in ("idea-other", "idea-wd"):
+        assert decisions(sim, idea_id) == [] and sim.ladder.ideas[idea_id].phase is Phase.TESTING
+
+
+def test_a_renamed_variable_in_a_large_edit_is_a_near_duplicate(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.propose("idea-big", "DEPTH = 2\n->DEPTH = 2\nimport math\n" + SCHEDULE)
+    renamed = SCHEDULE.replace("progress", "fraction_done")
+    sim.propose("idea-renamed", "DEPTH = 2\n->DEPTH = 2\nimport math\n" + renamed)
+    sim.propose("idea-shorter", "DEPTH = 2\n->DEPTH = 2\nimport math\n" + SCHEDULE[:-60] + "\n")
+    (refusal,) = decisions(sim, "idea-renamed")
+    details = json.loads(refusal.details)
+    assert refusal.verdict == Verdict.REFUSED and details["near_duplicate_of"] == "idea-big"
+    assert 0.9 <= details["similarity"] < 1.0
+    assert f"(similarity {details['similarity']:.2f} ≥ 0.90;" in refusal.rule
+    # Another schedule (its last line dropped: other tokens, other numbers) is another idea.
+    assert decisions(sim, "idea-shorter") == []
+
+
+def test_a_threshold_of_one_refuses_identical_normalised_changes_only(tmp_path: Path) -> None:
+    ladder = make_ladder(tmp_path)
+    ladder.near_duplicate_similarity = 1.0
+    sim = Sim(ladder)
+    sim.step()
+    sim.propose("idea-big", "DEPTH = 2\n->DEPTH = 2\nimport math\n" + SCHEDULE)
+    renamed = SCHEDULE.replace("progress", "fraction_done")
+    sim.propose("idea-renamed", "DEPTH = 2\n->DEPTH = 2\nimport math\n" + renamed)
+    commented = SCHEDULE.replace("// 10)\n", "// 10)  # a tenth\n")
+    sim.propose("idea-commented", "DEPTH = 2\n->DEPTH = 2\nimport math  # for cos\n" + commented)
+    assert decisions(sim, "idea-renamed") == []
+    (refusal,) = decisions(sim, "idea-commented")
+    assert refusal.rule.startswith("near-duplicate of idea-big (similarity 1.00 ≥ 1.00;")
+
+
+def test_a_replayed_ladder_makes_the_same_near_duplicate_decision(tmp_path: Path) -> None:
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-a", "LR = 1.0->LR = 2.0")
+    sim.propose("idea-wd", "WD = 0.1->WD = 0.3")
+    sim.run_all()  # idea-a is stacked: v2; idea-wd is carried over to it
+    assert sim.ladder.current == 2
+    sim.propose("idea-b", "WD = 0.1->WD = 0.25", version=2)
+    twin = sim.propose("idea-twin", "WD = 0.1  # weight decay->WD = 0.2500  # wd", version=2)
+    (live,) = decisions(sim, "idea-twin")
+    assert live.verdict == Verdict.REFUSED and '"near_duplicate_of": "idea-b"' in live.details
+    cut = sim.log.index(twin)
+    replayed = make_ladder(tmp_path)
+    for message in sim.log[:cut]:
+        replayed.observe(message)
+    assert replayed.act() == []
+    assert replayed.changes == sim.ladder.changes  # the index is rebuilt from the RunSpecs
+    replayed.observe(twin)
+    (again,) = replayed.act()
+    assert isinstance(again, Decision)
+    assert (again.decision_id, again.rule, again.details) == (
+        live.decision_id,
+        live.rule,
+        live.details,
+    )
+
+
+def test_near_duplicate_similarity_is_read_and_checked(tmp_path: Path) -> None:
+    from scale_ladder.tiers import LadderConfigError, load_ladder
+
+    tier = (
+        "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+        "time_limit_s=1\neval_tokens=1\nseeds=1\n"
+    )
+    path = tmp_path / "ladder.toml"
+    path.write_text(tier)
+    assert load_ladder(path).near_duplicate_similarity == 0.9
+    path.write_text("near_duplicate_similarity = 1\n" + tier)
+    assert load_ladder(path).near_duplicate_similarity == 1.0
+    for bad in ("0", "1.5", "-0.2", "'high'", "true"):
+        path.write_text(f"near_duplicate_similarity = {bad}\n" + tier)
+        with pytest.raises(LadderConfigError, match="near_duplicate_similarity must be"):
+            load_ladder(path)
+    shipped = load_ladder(Path(__file__).resolve().parents[1] / "configs/ladder.toml")
+    assert shipped.near_duplicate_similarity == 0.9
 
 
 def test_patch_that_does_not_apply_is_refused_with_the_reason(tmp_path: Path) -> None:
