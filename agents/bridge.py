@@ -1,4 +1,5 @@
-"""NATS → autogen runtime: the swarm's ideas, decisions and champion changes, history first.
+"""NATS → autogen runtime: what researchers learn from (ideas, decisions, runs, champion changes,
+LLM calls and strategy versions), history first.
 
 An ordered consumer reads the event stream from its first message, so agents joining a running
 swarm (from any machine) learn everything that happened before they came, then follow live.
@@ -18,7 +19,9 @@ from bus.replay import Replay, replay_events
 
 log = logging.getLogger(__name__)
 
-BRIDGED_KINDS = frozenset({"idea", "decision", "champion_change"})
+BRIDGED_KINDS = frozenset(
+    {"idea", "decision", "run_result", "champion_change", "llm_call", "strategy"}
+)
 
 
 class NatsBridge:

@@ -77,6 +77,7 @@ class Finding:
     verdict: str  # latest verdict; "" while undecided
     delta: float | None  # mean paired gain at that tier; positive: better than the champion
     stacked: bool = False  # it became part of the champion
+    reason: str = ""  # the rule behind the latest verdict, or why its runs failed
 
 
 @dataclass(frozen=True, slots=True)

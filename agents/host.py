@@ -1,7 +1,9 @@
 """Hosting researchers: one autogen-core runtime per process, bridged to the swarm's NATS bus.
 
 `swarm start --agents N` runs one host for its N researchers; `swarm agents --count N` runs one
-on any machine that reaches the bus, and its researchers join the same community.
+on any machine that reaches the bus, and its researchers join the same community. Researchers
+come in brain groups (heuristic, anthropic, openai); when any is an LLM brain the host also runs
+the meta-agent, which rewrites their strategy files, and keeps one LLM budget for them all.
 """
 
 from __future__ import annotations
@@ -9,28 +11,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 from nats.aio.client import Client
 
+from agents.brain import Brain, OfflineBrain
+from agents.brain_groups import BrainGroup
 from agents.bridge import NatsBridge
 from agents.heuristic_brain import HeuristicBrain, Persona
+from agents.llm_brain import LlmBrain, LlmSettings
+from agents.llm_budget import LlmBudget
+from agents.llm_client import LlmClient
+from agents.llm_setup import LlmSetup
+from agents.meta_agent import MetaAgent
 from agents.researcher import Researcher
-from agents.runtime_agents import FINDINGS, OUTBOX, SOURCE, BusOutAgent, ResearcherAgent, Tick
+from agents.runtime_agents import (
+    FINDINGS,
+    META,
+    OUTBOX,
+    SOURCE,
+    AccountsAgent,
+    BusOutAgent,
+    MetaHostAgent,
+    MetaTick,
+    ResearcherAgent,
+    Tick,
+)
+from agents.strategy_book import StrategyBook
 from bus.messages import AgentEvent, AgentEventKind, new_id
 from bus.nats_bus import publish_event
 
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
+FLUSH_S = 25.0  # at shutdown; `swarm start` gives the agents process 30 s before SIGKILL
 
 
 @dataclass(frozen=True, slots=True)
 class HostOptions:
     count: int
-    name_prefix: str  # researchers are named <prefix>-<i>-<persona>: stable across restarts
+    name_prefix: str  # researchers are named <prefix>-<i>[-<llm brain>]-<persona>
     personas: tuple[Persona, ...]
     max_in_flight: int
     seed: int
@@ -38,54 +61,140 @@ class HostOptions:
     target: str
     top_tier: int
     max_message_bytes: int = 8 * 1024 * 1024
+    groups: tuple[BrainGroup, ...] = ()  # empty: every researcher heuristic
+    llm: LlmSetup | None = None  # needed when a group is an LLM brain
+    cooldown_s: float = 30.0  # after a failed LLM attempt
+    meta_interval_s: float = 0.0  # 0: no meta-agent
+    meta_min_outcomes: int = 4
+    meta_brain: str = ""  # empty: the first LLM group's
 
 
-def researchers(options: HostOptions) -> list[Researcher]:
-    made = []
-    for i in range(options.count):
-        persona = options.personas[i % len(options.personas)]
-        name = f"{options.name_prefix}-{i}-{persona.value}"
-        brain = HeuristicBrain(persona, options.seed + i)
-        made.append(
-            Researcher(
-                name,
-                brain,
-                options.editable,
-                options.target,
-                options.max_in_flight,
-                options.top_tier,
+@dataclass(slots=True)
+class Team:
+    researchers: list[Researcher]
+    budget: LlmBudget
+    book: StrategyBook | None
+    clients: dict[str, LlmClient]
+    meta: MetaAgent | None = None
+
+    @property
+    def thinkers(self) -> list[Researcher]:
+        return [r for r in self.researchers if isinstance(r.brain, LlmBrain)]
+
+    async def close(self) -> None:
+        for client in self.clients.values():
+            await client.close()
+
+
+def make_team(options: HostOptions) -> Team:
+    groups = options.groups or (BrainGroup("heuristic", options.count),)
+    setup = options.llm
+    budget = LlmBudget(setup.max_usd, setup.max_usd_per_agent) if setup else LlmBudget()
+    book = StrategyBook(setup.strategies, setup.strategies_seed) if setup else None
+    clients: dict[str, LlmClient] = {}
+    settings: dict[str, LlmSettings] = {}
+    team = Team([], budget, book, clients)
+    i = 0
+    for group in groups:
+        for _ in range(group.count):
+            persona = options.personas[i % len(options.personas)]
+            brain: Brain
+            if group.brain == "heuristic":
+                name = f"{options.name_prefix}-{i}-{persona.value}"
+                brain = OfflineBrain(HeuristicBrain(persona, options.seed + i))
+            else:
+                name = f"{options.name_prefix}-{i}-{group.brain}-{persona.value}"
+                brain = LlmBrain(persona, _settings(group.brain, options, team, settings))
+            team.researchers.append(
+                Researcher(
+                    name,
+                    brain,
+                    options.editable,
+                    options.target,
+                    options.max_in_flight,
+                    options.top_tier,
+                    options.cooldown_s,
+                )
             )
+            i += 1
+    if settings and options.meta_interval_s > 0:
+        provider = options.meta_brain or next(iter(settings))
+        meta_settings = _settings(provider, options, team, settings)
+        team.meta = MetaAgent(
+            f"{options.name_prefix}-meta", meta_settings, options.meta_min_outcomes
         )
-    return made
+    return team
+
+
+def _settings(
+    provider: str, options: HostOptions, team: Team, made: dict[str, LlmSettings]
+) -> LlmSettings:
+    if provider not in made:
+        setup = options.llm
+        if setup is None or team.book is None:
+            raise ValueError(f"brain {provider!r} needs LLM settings (HostOptions.llm)")
+        client = team.clients[provider] = setup.client(provider)
+        made[provider] = LlmSettings(
+            client, setup.price(provider), team.budget, team.book, setup.program, setup.max_tokens
+        )
+    return made[provider]
 
 
 async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> list[Researcher]:
     js = nc.jetstream()
     runtime = SingleThreadedAgentRuntime()
-    team = researchers(options)
-    for i, researcher in enumerate(team):
-        agent_type = f"researcher-{i}"
-        await ResearcherAgent.register(runtime, agent_type, _factory(researcher))
-        await runtime.add_subscription(TypeSubscription(FINDINGS, agent_type))
-    await BusOutAgent.register(runtime, "bus-out", lambda: BusOutAgent(js))
-    await runtime.add_subscription(TypeSubscription(OUTBOX, "bus-out"))
-    runtime.start()
-    bridge = NatsBridge(nc, runtime, options.max_message_bytes)
-    await bridge.start()
-    await _announce(nc, team, AgentEventKind.JOINED)
+    team = make_team(options)
     try:
-        await _caught_up(bridge, stop)
-        log.info("%d researchers caught up with the swarm's history", len(team))
-        while not stop.is_set():
-            await runtime.publish_message(Tick(), TopicId(FINDINGS, SOURCE))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), TICK_S)
+        for i, researcher in enumerate(team.researchers):
+            agent_type = f"researcher-{i}"
+            await ResearcherAgent.register(runtime, agent_type, _factory(researcher))
+            await runtime.add_subscription(TypeSubscription(FINDINGS, agent_type))
+        if team.book is not None:
+            book = team.book
+            await AccountsAgent.register(
+                runtime, "accounts", lambda: AccountsAgent(team.budget, book)
+            )
+            await runtime.add_subscription(TypeSubscription(FINDINGS, "accounts"))
+        if team.meta is not None:
+            meta, thinkers = team.meta, team.thinkers
+            await MetaHostAgent.register(runtime, "meta", lambda: MetaHostAgent(meta, thinkers))
+            await runtime.add_subscription(TypeSubscription(META, "meta"))
+        await BusOutAgent.register(runtime, "bus-out", lambda: BusOutAgent(js))
+        await runtime.add_subscription(TypeSubscription(OUTBOX, "bus-out"))
+        runtime.start()
+        bridge = NatsBridge(nc, runtime, options.max_message_bytes)
+        await bridge.start()
+        await _announce(nc, team, AgentEventKind.JOINED)
+        try:
+            await _caught_up(bridge, stop)
+            log.info("%d researchers caught up with the swarm's history", len(team.researchers))
+            await _tick(runtime, team, options, stop)
+        finally:
+            await bridge.stop()
+            try:  # let LLM calls in flight finish, so what they cost reaches the ledger
+                await asyncio.wait_for(runtime.stop_when_idle(), FLUSH_S)
+            except TimeoutError:
+                log.warning("LLM calls still running after %.0fs; stopping without them", FLUSH_S)
+                with contextlib.suppress(RuntimeError):  # it may have stopped meanwhile
+                    await runtime.stop()
+            await runtime.close()
+            await _announce(nc, team, AgentEventKind.LEFT)
     finally:
-        await bridge.stop()
-        await runtime.stop_when_idle()
-        await runtime.close()
-        await _announce(nc, team, AgentEventKind.LEFT)
-    return team
+        await team.close()
+    return team.researchers
+
+
+async def _tick(
+    runtime: SingleThreadedAgentRuntime, team: Team, options: HostOptions, stop: asyncio.Event
+) -> None:
+    next_meta = time.monotonic() + options.meta_interval_s
+    while not stop.is_set():
+        await runtime.publish_message(Tick(), TopicId(FINDINGS, SOURCE))
+        if team.meta is not None and time.monotonic() >= next_meta:
+            next_meta = time.monotonic() + options.meta_interval_s
+            await runtime.publish_message(MetaTick(), TopicId(META, SOURCE))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), TICK_S)
 
 
 def _factory(researcher: Researcher) -> Callable[[], ResearcherAgent]:
@@ -100,12 +209,23 @@ async def _caught_up(bridge: NatsBridge, stop: asyncio.Event) -> None:
     stopper.cancel()
 
 
-async def _announce(nc: Client, team: list[Researcher], kind: AgentEventKind) -> None:
+async def _announce(nc: Client, team: Team, kind: AgentEventKind) -> None:
     js = nc.jetstream()
-    for researcher in team:
-        detail = f"persona {researcher.brain.persona.value}; proposed {researcher.proposed}"
-        event = AgentEvent(new_id("ev"), researcher.name, kind, role="researcher", detail=detail)
+    events = [
+        AgentEvent(
+            new_id("ev"),
+            r.name,
+            kind,
+            role="researcher",
+            detail=f"brain {r.brain.label}; persona {r.brain.persona.value}; proposed {r.proposed}",
+        )
+        for r in team.researchers
+    ]
+    if team.meta is not None:
+        label = f"{team.meta.settings.client.provider} {team.meta.settings.client.model}"
+        events.append(AgentEvent(new_id("ev"), team.meta.name, kind, role="meta", detail=label))
+    for event in events:
         try:
             await publish_event(js, event)
         except Exception as exc:
-            log.warning("could not announce %s for %s: %s", kind.value, researcher.name, exc)
+            log.warning("could not announce %s for %s: %s", kind.value, event.agent, exc)

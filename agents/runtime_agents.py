@@ -1,33 +1,58 @@
-"""The researchers and the bus outlet as autogen-core agents (the small stable surface only).
+"""The researchers, the meta-agent and the bus outlet as autogen-core agents (the small stable
+surface only).
 
-Topics: the bridge publishes the swarm's ideas, decisions and champion changes, and the host's
-Ticks, to FINDINGS; researchers publish their ideas and traces to OUTBOX, which only the BusOut
-agent reads, so nothing that came from NATS is sent back to it.
+Topics: the bridge publishes the swarm's history (ideas, decisions, failed runs, champion
+changes, LLM calls, strategy versions) and the host's Ticks to FINDINGS; the host's MetaTicks go
+to META. Researchers and the meta-agent publish their records, traces and ideas to OUTBOX, which
+only the BusOut agent reads, so nothing that came from NATS is sent back to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 
 from autogen_core import MessageContext, RoutedAgent, TopicId, message_handler
 from nats.js import JetStreamContext
 
-from agents.researcher import Researcher
-from bus.messages import ChampionChange, Decision, Idea, Trace
+from agents.llm_budget import LlmBudget
+from agents.meta_agent import MetaAgent
+from agents.researcher import Researcher, Step
+from agents.strategy_book import StrategyBook
+from bus.messages import (
+    AgentEvent,
+    AgentEventKind,
+    ChampionChange,
+    Decision,
+    Idea,
+    LlmCall,
+    Message,
+    PromptPrefix,
+    RunResult,
+    StrategyVersion,
+    Trace,
+    new_id,
+)
 from bus.nats_bus import publish_event
 
 log = logging.getLogger(__name__)
 
 FINDINGS = "findings"
 OUTBOX = "outbox"
+META = "meta"
 SOURCE = "swarm"
 
 
 @dataclass(frozen=True, slots=True)
 class Tick:
     """The host's nudge: propose if you have room."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetaTick:
+    """The host's nudge to the meta-agent: review the researchers."""
 
 
 class ResearcherAgent(RoutedAgent):
@@ -52,13 +77,90 @@ class ResearcherAgent(RoutedAgent):
             self.researcher.on_champion(message)
 
     @message_handler
+    async def on_result(self, message: RunResult, ctx: MessageContext) -> None:
+        self.researcher.on_result(message)
+
+    @message_handler
+    async def on_llm_call(self, message: LlmCall, ctx: MessageContext) -> None:
+        self.researcher.on_llm_call(message)
+
+    @message_handler
     async def on_tick(self, message: Tick, ctx: MessageContext) -> None:
-        async with self._lock:
-            step = self.researcher.propose()
+        # Not under the lock: an LLM answer takes seconds, and the researcher must go on
+        # folding the swarm's events meanwhile (it refuses a second attempt by itself).
+        was_stopped = bool(self.researcher.stopped)
+        step = await self.researcher.propose()
         if step is not None:
-            outbox = TopicId(OUTBOX, SOURCE)
-            await self.publish_message(step.trace, outbox)  # the why first, then the idea
-            await self.publish_message(step.idea, outbox)
+            await publish_step(self, step)
+        if self.researcher.stopped and not was_stopped:
+            note = AgentEvent(
+                new_id("ev"),
+                self.researcher.name,
+                AgentEventKind.NOTE,
+                role="researcher",
+                detail=self.researcher.stopped,
+            )
+            await self.publish_message(note, TopicId(OUTBOX, SOURCE))
+
+
+async def publish_step(agent: RoutedAgent, step: Step) -> None:
+    """The records first, then the why, then the idea: whoever reads the idea finds its story."""
+    outbox = TopicId(OUTBOX, SOURCE)
+    for record in step.records:
+        await agent.publish_message(record, outbox)
+    await agent.publish_message(step.trace, outbox)
+    if step.idea is not None:
+        await agent.publish_message(step.idea, outbox)
+
+
+class AccountsAgent(RoutedAgent):
+    """Keeps the host's LLM budget and strategy versions up to date with every host's calls."""
+
+    def __init__(self, budget: LlmBudget, book: StrategyBook) -> None:
+        super().__init__("folds LLM spend and strategy versions")
+        self.budget = budget
+        self.book = book
+
+    @message_handler
+    async def on_llm_call(self, message: LlmCall, ctx: MessageContext) -> None:
+        self.budget.observe(message)
+
+    @message_handler
+    async def on_strategy(self, message: StrategyVersion, ctx: MessageContext) -> None:
+        self.book.observe(message)
+
+
+class MetaHostAgent(RoutedAgent):
+    """Hosts the meta-agent: on each MetaTick it reviews every LLM researcher in turn."""
+
+    def __init__(self, meta: MetaAgent, team: list[Researcher]) -> None:
+        super().__init__(f"meta-agent {meta.name}")
+        self.meta = meta
+        self.team = team
+        self.rewrites = 0
+
+    @message_handler
+    async def on_meta_tick(self, message: MetaTick, ctx: MessageContext) -> None:
+        outbox = TopicId(OUTBOX, SOURCE)
+        for researcher in self.team:
+            review = await self.meta.review(researcher)
+            for record in review.records:
+                await self.publish_message(record, outbox)
+            if review.rewritten is not None:
+                self.rewrites += 1
+                v = review.rewritten
+                trace = Trace(
+                    new_id("trace"),
+                    self.meta.name,
+                    "rewrite strategy",
+                    read=json.dumps(v.hit_rates_before),
+                    proposed=f"{v.agent} strategy v{v.version}",
+                    why=v.reason,
+                    data={"strategy_id": v.strategy_id, "call_id": v.call_id},
+                )
+                await self.publish_message(trace, outbox)
+            else:
+                log.debug("meta: %s not rewritten: %s", researcher.name, review.why_not)
 
 
 class BusOutAgent(RoutedAgent):
@@ -70,14 +172,14 @@ class BusOutAgent(RoutedAgent):
         self.sent = 0
 
     @message_handler
-    async def on_idea(self, message: Idea, ctx: MessageContext) -> None:
+    async def on_outgoing(
+        self,
+        message: Idea | Trace | LlmCall | PromptPrefix | StrategyVersion | AgentEvent,
+        ctx: MessageContext,
+    ) -> None:
         await self._send(message)
 
-    @message_handler
-    async def on_trace(self, message: Trace, ctx: MessageContext) -> None:
-        await self._send(message)
-
-    async def _send(self, message: Idea | Trace) -> None:
+    async def _send(self, message: Message) -> None:
         for attempt in range(5):
             try:
                 await publish_event(self.js, message)

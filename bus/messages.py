@@ -1,7 +1,8 @@
 """The messages of the swarm, one frozen dataclass per hop.
 
 Reading order is the flow: Idea → RunSpec → RunResult → Decision → ChampionChange.
-Trace, AgentEvent and DeadLetter are the side channels every hop may emit.
+Trace, AgentEvent and DeadLetter are the side channels every hop may emit; LlmCall, PromptPrefix
+and StrategyVersion record what the LLM researchers and the meta-agent asked, answered and spent.
 
 Every message has an `event_id`: unique per event, sent as `Nats-Msg-Id` (so JetStream drops a
 re-publish) and used as the ledger's primary key (so a redelivery never adds a row). Where one
@@ -241,9 +242,104 @@ class DeadLetter:
         return self.dead_letter_id
 
 
-Message = Idea | RunSpec | RunResult | Decision | ChampionChange | Trace | AgentEvent | DeadLetter
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    """One call to a language model: the parts of the prompt that varied, the whole answer, the
+    tokens and what they cost. The cached prefix is stored once, as a PromptPrefix."""
+
+    KIND: ClassVar[str] = "llm_call"
+    call_id: str
+    agent: str
+    purpose: str  # propose | repair (second try after an unusable answer) | meta
+    provider: str  # anthropic | openai
+    model: str
+    status: str  # ok | refused (the answer could not be used) | error (the API failed)
+    prompt_sha: str  # sha256 of the whole prompt: prefix and varying part
+    prefix_sha: str  # sha256 of the cached prefix (its text: the prompt_prefixes table)
+    dynamic: str  # the varying part as sent: the conversation after the prefix
+    response: str  # the model's whole answer ("" when the API failed)
+    error: str = ""  # why the answer was refused or the call failed
+    tokens_in: int = 0  # uncached input tokens
+    tokens_out: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0  # from the price table in config
+    latency_s: float = 0.0  # retries and back-off included
+    retries: int = 0  # rate-limited or overloaded answers before this one
+    idea_id: str = ""  # the idea it produced, if any
+    trace_id: str = ""  # the researcher's trace of the proposal it served
+    strategy_version: int = 0  # the author's strategy file version the prompt carried
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.call_id
+
+
+@dataclass(frozen=True, slots=True)
+class PromptPrefix:
+    """The text of a cached prompt prefix, stored once per distinct prefix."""
+
+    KIND: ClassVar[str] = "prompt_prefix"
+    prefix_sha: str
+    text: str
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return f"prefix-{self.prefix_sha}"
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyVersion:
+    """A version of one researcher's strategy file, with the hit rates that led to it."""
+
+    KIND: ClassVar[str] = "strategy"
+    strategy_id: str  # strategy-<agent>-v<version>
+    agent: str
+    version: int
+    text: str
+    sha: str
+    author: str  # the meta-agent that wrote it, or "initial"
+    reason: str  # what the author saw and changed
+    # Per tier, the ideas the researcher proposed under the previous version and how many
+    # passed that tier: {"proposed": n, "promoted": {"0": k0, ...}, "hit_rate": {"0": r0, ...}}.
+    hit_rates_before: dict[str, Any] = field(default_factory=dict)
+    call_id: str = ""  # the meta-agent's LLM call
+    created_at: float = field(default_factory=now)
+
+    @property
+    def event_id(self) -> str:
+        return self.strategy_id
+
+
+Message = (
+    Idea
+    | RunSpec
+    | RunResult
+    | Decision
+    | ChampionChange
+    | Trace
+    | AgentEvent
+    | DeadLetter
+    | LlmCall
+    | PromptPrefix
+    | StrategyVersion
+)
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.KIND: cls
-    for cls in (Idea, RunSpec, RunResult, Decision, ChampionChange, Trace, AgentEvent, DeadLetter)
+    for cls in (
+        Idea,
+        RunSpec,
+        RunResult,
+        Decision,
+        ChampionChange,
+        Trace,
+        AgentEvent,
+        DeadLetter,
+        LlmCall,
+        PromptPrefix,
+        StrategyVersion,
+    )
 }

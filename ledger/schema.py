@@ -22,9 +22,12 @@ from bus.messages import (
     DeadLetter,
     Decision,
     Idea,
+    LlmCall,
     Message,
+    PromptPrefix,
     RunResult,
     RunSpec,
+    StrategyVersion,
     Trace,
 )
 
@@ -94,6 +97,9 @@ TABLES: dict[str, Table] = {
         _table("traces", "trace_id", Trace),
         _table("agent_events", "event_key", AgentEvent),
         _table("dead_letters", "dead_letter_id", DeadLetter),
+        _table("llm_calls", "call_id", LlmCall),
+        _table("prompt_prefixes", "prefix_sha", PromptPrefix),
+        _table("strategies", "strategy_id", StrategyVersion),
     )
 }
 
@@ -168,6 +174,60 @@ VIEWS: dict[str, str] = {
     "unfinished_runs": """
         SELECT s.* FROM run_specs s ANTI JOIN runs r USING (run_id)
         ORDER BY s.created_at""",
+    # What each agent's LLM calls used and cost; `status` counts refused answers and API errors.
+    "llm_costs": """
+        SELECT agent, any_value(provider) AS provider, any_value(model) AS model,
+               count(*) AS calls,
+               count(*) FILTER (WHERE status = 'refused') AS refused,
+               count(*) FILTER (WHERE status = 'error') AS errors,
+               count(DISTINCT idea_id) FILTER (WHERE idea_id <> '') AS ideas,
+               sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,
+               sum(cache_read_tokens) AS cache_read_tokens,
+               sum(cache_write_tokens) AS cache_write_tokens,
+               sum(cost_usd) AS cost_usd,
+               sum(cost_usd) / nullif(count(DISTINCT idea_id) FILTER (WHERE idea_id <> ''), 0)
+                   AS usd_per_idea,
+               sum(retries) AS retries, median(latency_s) AS median_latency_s
+        FROM llm_calls GROUP BY agent ORDER BY agent""",
+    # An idea's whole story in time order: what its author was shown (the varying part of the
+    # prompt), what the model answered, the hypothesis, each run that failed and each verdict.
+    "idea_reasoning": """
+        SELECT idea_id, created_at AS happened_at, 'prompt (' || purpose || ')' AS step,
+               dynamic AS text FROM llm_calls WHERE idea_id <> ''
+        UNION ALL SELECT idea_id, created_at + INTERVAL 1 MICROSECOND,
+               'answer (' || purpose || ', ' || status || ')', response
+        FROM llm_calls WHERE idea_id <> ''
+        UNION ALL SELECT idea_id, created_at, 'trace: ' || action, why || chr(10) || proposed
+        FROM traces WHERE idea_id <> ''
+        UNION ALL SELECT idea_id, created_at, 'idea by ' || author, hypothesis FROM ideas
+        UNION ALL SELECT idea_id, finished_at, 'run ' || run_id || ': ' || status,
+               reason || chr(10) || log_tail
+        FROM runs WHERE idea_id <> '' AND status NOT IN ('OK', 'SKIPPED')
+        UNION ALL SELECT idea_id, created_at,
+               'decision t' || tier || ': ' || verdict || ' (' || decided_by || ')',
+               rule || CASE WHEN delta IS NULL THEN '' ELSE
+                   printf(' (Δ %.4f, σ %.4f, n %d)', delta, coalesce(sigma, 0), n) END
+        FROM decisions
+        ORDER BY idea_id, happened_at""",
+    # Each strategy version's hit rate per tier: ideas its researcher proposed while it was in
+    # force (from the LLM calls that carried it) and how many passed each tier. With
+    # strategies.hit_rates_before this gives before and after for every rewrite.
+    "strategy_hit_rates": """
+        WITH proposed AS (
+            SELECT DISTINCT agent, strategy_version AS version, idea_id
+            FROM llm_calls WHERE idea_id <> '' AND status = 'ok'),
+        passed AS (
+            SELECT idea_id, tier FROM decisions WHERE verdict IN ('PROMOTE', 'HELD')),
+        tiers AS (SELECT DISTINCT tier FROM run_specs)
+        SELECT s.agent, s.version, s.author, s.created_at, t.tier,
+               count(DISTINCT p.idea_id) AS proposed,
+               count(DISTINCT d.idea_id) AS promoted,
+               count(DISTINCT d.idea_id) / nullif(count(DISTINCT p.idea_id), 0) AS hit_rate
+        FROM strategies s CROSS JOIN tiers t
+        LEFT JOIN proposed p ON p.agent = s.agent AND p.version = s.version
+        LEFT JOIN passed d ON d.idea_id = p.idea_id AND d.tier >= t.tier
+        GROUP BY s.agent, s.version, s.author, s.created_at, t.tier
+        ORDER BY s.agent, s.version, t.tier""",
 }
 
 

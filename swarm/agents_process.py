@@ -8,19 +8,61 @@ import os
 import socket
 from pathlib import Path
 
+from agents.brain_groups import parse_brain_groups
 from agents.heuristic_brain import Persona
 from agents.host import HostOptions, run_host
+from agents.llm_client import RetryPolicy
+from agents.llm_setup import LlmSetup, ProviderSettings
 from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import load_ladder
 from swarm.config import SwarmConfig
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import target_info
+from swarm.workspace import Workspace
 
 
-def host_options(config: SwarmConfig, count: int, name_prefix: str) -> HostOptions:
+def llm_setup(config: SwarmConfig, workspace: Workspace) -> LlmSetup:
+    llm = config.llm
+    return LlmSetup(
+        providers={
+            "anthropic": ProviderSettings(
+                llm.anthropic_model, llm.anthropic_base_url, llm.anthropic_api_key_env
+            ),
+            "openai": ProviderSettings(
+                llm.openai_model, llm.openai_base_url, llm.openai_api_key_env
+            ),
+        },
+        prices_path=Path(llm.prices),
+        program=Path(config.agents.program),
+        strategies_seed=Path(config.agents.strategies),
+        strategies=workspace.root / "strategies",
+        max_tokens=llm.max_tokens,
+        temperature=llm.temperature if llm.temperature >= 0 else None,
+        max_usd=llm.max_usd,
+        max_usd_per_agent=llm.max_usd_per_agent,
+        retry=RetryPolicy(max_retries=llm.max_retries, timeout_s=llm.timeout_s),
+    )
+
+
+def check_llm(config: SwarmConfig, workspace: Workspace, count: int) -> None:
+    """Everything the LLM brains need (a key, a price, the research direction), before a
+    process starts; LlmSetupError names what is missing."""
+    setup = llm_setup(config, workspace)
+    providers = {g.brain for g in parse_brain_groups(config.agents.brain, count)} - {"heuristic"}
+    if providers and config.meta.enabled and config.meta.brain:
+        providers.add(config.meta.brain)
+    for provider in sorted(providers):
+        setup.check(provider)
+
+
+def host_options(
+    config: SwarmConfig, workspace: Workspace, count: int, name_prefix: str
+) -> HostOptions:
     info = target_info(config)
     tiers = load_ladder(Path(config.ladder.path)).tiers
     personas = tuple(Persona(p.strip()) for p in config.agents.personas.split(","))
+    groups = parse_brain_groups(config.agents.brain, count)
+    thinking = any(g.brain != "heuristic" for g in groups)
     return HostOptions(
         count=count,
         name_prefix=name_prefix or socket.gethostname().split(".")[0],
@@ -31,15 +73,30 @@ def host_options(config: SwarmConfig, count: int, name_prefix: str) -> HostOptio
         target=info.name,
         top_tier=len(tiers) - 1,
         max_message_bytes=config.bus.max_payload_bytes,
+        groups=groups,
+        llm=llm_setup(config, workspace) if thinking else None,
+        cooldown_s=config.llm.cooldown_s,
+        meta_interval_s=config.meta.interval_s if config.meta.enabled else 0.0,
+        meta_min_outcomes=config.meta.min_outcomes,
+        meta_brain=config.meta.brain,
     )
 
 
 async def run_agents(
-    config: SwarmConfig, settings: BusSettings, count: int, name_prefix: str = ""
+    config: SwarmConfig,
+    workspace: Workspace,
+    settings: BusSettings,
+    count: int,
+    name_prefix: str = "",
 ) -> None:
     # autogen-core logs every message it routes at INFO: far too much for a log file.
     logging.getLogger("autogen_core").setLevel(logging.WARNING)
-    options = host_options(config, count, name_prefix)
+    # The SDKs log each request at INFO; a request never carries the key in its URL, but a
+    # quiet log is easier to keep clean.
+    for sdk in ("anthropic", "openai", "httpx", "httpcore"):
+        logging.getLogger(sdk).setLevel(logging.WARNING)
+    check_llm(config, workspace, count)
+    options = host_options(config, workspace, count, name_prefix)
     stop = asyncio.Event()
     stop_on_signals(stop)
     nc = await connect(settings, f"agents-{os.getpid()}", config.bus.connect_timeout_s)

@@ -9,21 +9,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.brain_groups import total_of
+from agents.llm_setup import LlmSetupError
 from bus.embedded_server import NatsServerError
 from bus.messages import RunStatus
 from bus.nats_bus import BusSettings, BusUnavailable, connect
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import event_loop, people
-from swarm.agents_process import run_agents
-from swarm.config import ConfigError, SwarmConfig, load_config, with_overrides
+from swarm.config import ConfigError, SwarmConfig, check_brains, load_config, with_overrides
 from swarm.ladder_process import run_ladder
 from swarm.ledger_process import SwarmNotRunning, run_ledger
 from swarm.output import FORMATS, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
 from swarm.start import SwarmError, bus_settings, start_swarm
 from swarm.status import COUNTS_SQL, counts_from, live_status
-from swarm.swarm_report import write_swarm_report
 from swarm.workspace import Workspace
 
 EXAMPLES = """\
@@ -56,6 +56,7 @@ Bus credentials can also come from the environment: SWARM_NATS_TOKEN, SWARM_NATS
 # Errors a user can fix: printed as one line, exit code 2. Anything else is a bug and raises.
 USER_ERRORS = (
     ConfigError,
+    LlmSetupError,
     SwarmError,
     SwarmNotRunning,
     LedgerUnavailable,
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--trainers", type=int, help="trainer processes (default: one per core)")
     start.add_argument("--agents", type=int, help="researcher agents (default: agents.count)")
     start.add_argument("--max-experiments", type=int, help="stop after this many results")
+    _add_brain_flags(start)
     _add_bus_flags(start)
     _add_target_flags(start)
 
@@ -112,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_flags(worker)
 
     agents = commands.add_parser("agents", help="run researcher agents for a running swarm")
-    agents.add_argument("--count", type=int, default=4, help="researchers to host (default 4)")
+    agents.add_argument("--count", type=int, help="researchers to host (default: agents.count)")
     agents.add_argument("--name", default="", help="name prefix (default: this host's name)")
+    _add_brain_flags(agents)
     _add_bus_flags(agents)
     _add_target_flags(agents)
 
@@ -157,6 +160,17 @@ def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-key", metavar="FILE")
 
 
+def _add_brain_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--brain",
+        help="heuristic | anthropic | openai, or groups like anthropic:6,heuristic:2 "
+        "(default: agents.brain)",
+    )
+    parser.add_argument(
+        "--max-llm-usd", type=float, help="stop LLM proposals once they cost this much in all"
+    )
+
+
 def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     """The config file, then the flags a subcommand was given (flags it lacks count as unset)."""
 
@@ -190,12 +204,25 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
         direction="maximize" if flag("maximize") else None,
     )
     config = with_overrides(config, "trainers", count=flag("trainers"))
-    config = with_overrides(config, "agents", count=flag("agents"))
+    brain, count = flag("brain"), flag("agents") if args.command == "start" else flag("count")
+    if brain is not None and count is None:
+        count = total_of(brain)  # `--brain anthropic:6,heuristic:2` says how many
+    config = with_overrides(config, "agents", count=count, brain=brain)
+    check_brains(config, "the command line")
+    config = with_overrides(config, "llm", max_usd=flag("max_llm_usd"))
     config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))
     if args.command == "worker":
         config = with_overrides(config, "trainers", device=flag("device"))
     # Absolute paths, so child processes and later reads agree whatever their directory.
     config = with_overrides(config, "ladder", path=str(Path(config.ladder.path).resolve()))
+    a = config.agents
+    config = with_overrides(
+        config,
+        "agents",
+        program=str(Path(a.program).resolve()),
+        strategies=str(Path(a.strategies).resolve()),
+    )
+    config = with_overrides(config, "llm", prices=str(Path(config.llm.prices).resolve()))
     t = config.target
     config = with_overrides(
         config,
@@ -236,7 +263,9 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         await run_ladder(config, workspace)
     elif args.command == "agents":
         settings = _bus_to_join(config, workspace)
-        await run_agents(config, settings, args.count, args.name)
+        from swarm.agents_process import run_agents  # autogen-core and the SDKs: slow imports
+
+        await run_agents(config, workspace, settings, config.agents.count, args.name)
     elif args.command in ("review", "approve", "reject", "champion", "report"):
         print(await _people(args, config, workspace))
     elif args.command == "status":
@@ -273,6 +302,8 @@ async def _people(args: argparse.Namespace, config: SwarmConfig, workspace: Work
     if args.command in ("approve", "reject"):
         return await people.control(config, workspace, action=args.command, idea_id=args.idea_id)
     if args.command == "report":
+        from swarm.swarm_report import write_swarm_report  # matplotlib: a slow import
+
         files = await write_swarm_report(config, workspace, args.out)
         return f"wrote {files.png} and {files.html}"
     if args.action == "show":

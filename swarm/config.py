@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.brain_groups import BrainSpecError, parse_brain_groups
+
 DEFAULT_CONFIG = Path("configs/swarm.toml")
 
 
@@ -75,10 +77,40 @@ class LadderConfig:
 @dataclass(frozen=True, slots=True)
 class AgentsConfig:
     count: int = 4  # researcher agents `swarm start` hosts (`--agents N`); 0: none
-    brain: str = "heuristic"  # heuristic (offline search)
+    # heuristic (offline search) | anthropic | openai, or groups: "anthropic:6,heuristic:2"
+    # (one group may go without a count: it takes the rest)
+    brain: str = "heuristic"
     personas: str = "explorer,exploiter,combiner,ablator"  # assigned to agents in turn
     max_in_flight: int = 2  # ideas one agent may have undecided at once (back-pressure)
     seed: int = 0  # the heuristic brain's random seed (agent i uses seed + i)
+    program: str = "configs/program.md"  # the research direction; re-read before each proposal
+    strategies: str = "configs/strategies"  # each persona's first strategy file (<persona>.md)
+
+
+@dataclass(frozen=True, slots=True)
+class LlmConfig:
+    anthropic_model: str = "claude-sonnet-4-6"
+    anthropic_base_url: str = ""  # empty: Anthropic's API
+    anthropic_api_key_env: str = "ANTHROPIC_API_KEY"  # the variable holding the key, never the key
+    openai_model: str = "qwen2.5-coder:7b"
+    openai_base_url: str = "http://127.0.0.1:11434/v1"  # Ollama; vLLM: http://HOST:8000/v1
+    openai_api_key_env: str = "OPENAI_API_KEY"  # local servers usually need none
+    prices: str = "configs/llm_prices.toml"  # USD per million tokens, per model
+    max_tokens: int = 2048  # of one answer
+    temperature: float = -1.0  # negative: the model's default
+    max_usd: float = 0.0  # the swarm's LLM budget (`--max-llm-usd`); 0: no limit
+    max_usd_per_agent: float = 0.0  # 0: no per-agent limit
+    max_retries: int = 4  # rate-limited (429) or overloaded (529) answers retried per call
+    timeout_s: float = 120.0  # one request
+    cooldown_s: float = 30.0  # after a failed call, wait (doubling, up to 10x) before the next
+
+
+@dataclass(frozen=True, slots=True)
+class MetaConfig:
+    enabled: bool = True  # a meta-agent rewrites LLM researchers' strategy files
+    interval_s: float = 600.0  # how often it looks at each researcher
+    min_outcomes: int = 4  # decided ideas under the current strategy before it is rewritten
+    brain: str = ""  # anthropic | openai; empty: the researchers' own
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +133,8 @@ class SwarmConfig:
     trainers: TrainersConfig = field(default_factory=TrainersConfig)
     ladder: LadderConfig = field(default_factory=LadderConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    meta: MetaConfig = field(default_factory=MetaConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
@@ -114,6 +148,21 @@ POSITIVE = {
     "ledger.sql_timeout_s",
     "status.interval_s",
     "agents.max_in_flight",
+    "llm.max_tokens",
+    "llm.timeout_s",
+    "meta.interval_s",
+    "meta.min_outcomes",
+}
+
+
+# Values that must be 0 or more, by dotted key.
+NONNEGATIVE = {
+    "agents.count",
+    "limits.max_experiments",
+    "llm.max_usd",
+    "llm.max_usd_per_agent",
+    "llm.max_retries",
+    "llm.cooldown_s",
 }
 
 
@@ -122,7 +171,7 @@ CHOICES = {
     "target.kind": ("bytelm", "command"),
     "target.direction": ("minimize", "maximize"),
     "trainers.device": ("auto", "cpu", "cuda"),
-    "agents.brain": ("heuristic",),
+    "meta.brain": ("", "anthropic", "openai"),
 }
 
 
@@ -144,7 +193,16 @@ def load_config(path: Path | None) -> SwarmConfig:
 def parse_config(data: dict[str, Any], source: str = "config") -> SwarmConfig:
     config = _build(SwarmConfig, data, "", source)
     assert isinstance(config, SwarmConfig)
+    check_brains(config, source)
     return config
+
+
+def check_brains(config: SwarmConfig, source: str = "config") -> None:
+    """agents.brain must fit agents.count (both may come from the command line)."""
+    try:
+        parse_brain_groups(config.agents.brain, config.agents.count)
+    except BrainSpecError as exc:
+        raise ConfigError(f"{source}: agents.brain: {exc}") from None
 
 
 def _build(cls: type[Any], data: Any, prefix: str, source: str) -> Any:
@@ -184,7 +242,7 @@ def _check(key: str, hint: Any, value: Any, source: str) -> Any:
         raise ConfigError(
             f"{source}: {key} must be one of {', '.join(CHOICES[key])}, got {value!r}"
         )
-    if key in ("agents.count", "limits.max_experiments") and value < 0:
+    if key in NONNEGATIVE and value < 0:
         raise ConfigError(f"{source}: {key} must be 0 or more, got {value}")
     if key == "agents.personas":
         known = ("explorer", "exploiter", "combiner", "ablator")

@@ -32,17 +32,24 @@ CHAMPIONS_SHOWN = 6
 BAR_WIDTH = 12  # characters of a progress bar
 PERSONAS = frozenset(p.value for p in Persona)  # researchers are named <prefix>-<i>-<persona>
 LEADERBOARD_COLUMNS = ("tier", "v", "idea", "author", "hypothesis", "metric", "n")
+LLM_BRAINS = ("anthropic", "openai")  # researchers are named <prefix>-<i>[-<llm brain>]-<persona>
 TRAINERS = trainer_consumer_name(0).removesuffix("0")  # trainer consumers: TRAINERS + tier
 
 TOTALS_SQL = """
 SELECT 'runs' AS what, status AS name, count(*) AS n FROM runs GROUP BY status
 UNION ALL SELECT 'decisions', verdict, count(*) FROM decisions GROUP BY verdict
-UNION ALL SELECT 'tiers', CAST(tier AS VARCHAR), count(*) FROM run_specs GROUP BY tier"""
+UNION ALL SELECT 'tiers', CAST(tier AS VARCHAR), count(*) FROM run_specs GROUP BY tier
+UNION ALL SELECT 'llm', 'calls', count(*) FROM llm_calls
+UNION ALL SELECT 'llm', 'micro_usd', CAST(round(coalesce(sum(cost_usd), 0) * 1e6) AS BIGINT)
+FROM llm_calls"""
 
 # An idea is in play until its latest verdict is final for its author, or it was stacked.
 AGENTS_SQL = f"""
 WITH last AS (
-    SELECT agent, arg_max(action, created_at) AS action, arg_max(proposed, created_at) AS proposed,
+    SELECT agent, arg_max(action, created_at) AS action,
+           -- a proposal shows what it proposed; anything else (stopped, refused) why
+           arg_max(CASE WHEN action = 'propose' THEN proposed ELSE action || ': ' || why END,
+                   created_at) AS proposed,
            epoch(max(created_at)) AS at_s
     FROM traces GROUP BY agent),
 verdicts AS (
@@ -143,6 +150,8 @@ class LiveSnapshot:
     champions: tuple[ChampionRow, ...] = ()  # newest first
     runs_by_status: dict[str, int] = field(default_factory=dict)
     decisions_by_verdict: dict[str, int] = field(default_factory=dict)
+    llm_calls: int = 0
+    llm_usd: float = 0.0
     error: str = ""  # why the ledger or the bus did not answer; the rest may then be empty
 
     @property
@@ -159,6 +168,8 @@ class LiveSnapshot:
         parts.append(f"runs {self.experiments_run}" + _of(self.max_experiments))
         parts += [f"tier{q.tier} {q.queued}q/{q.running}r" for q in self.queues]
         parts.append(f"champion v{self.champion_version}")
+        if self.llm_calls:
+            parts.append(f"LLM ${self.llm_usd:.4f} ({self.llm_calls} calls)")
         if self.leaderboard:
             best = self.leaderboard[0]
             parts.append(f"best@tier{best.tier} {best.idea_id} {best.mean_metric:.4f}")
@@ -194,6 +205,7 @@ async def gather_snapshot(
     tiers = sorted(set(held) | {int(r["name"]) for r in totals if r["what"] == "tiers"})
     queues = tuple(TierQueue(t, *held.get(t, (0, 0))) for t in tiers)
     running = {q.tier: q.running for q in queues}
+    llm = {r["name"]: r["n"] for r in totals if r["what"] == "llm"}
     return replace(
         base,
         agents=tuple(AgentRow(**r) for r in agents),
@@ -203,6 +215,8 @@ async def gather_snapshot(
         champions=tuple(ChampionRow(**r) for r in lineage),
         runs_by_status={r["name"]: r["n"] for r in totals if r["what"] == "runs"},
         decisions_by_verdict={r["name"]: r["n"] for r in totals if r["what"] == "decisions"},
+        llm_calls=llm.get("calls", 0),
+        llm_usd=llm.get("micro_usd", 0) / 1e6,
     )
 
 
@@ -252,17 +266,25 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
         (f"champion v{s.champion_version}", "bold green"),
     )
     totals = f"runs {_counts(s.runs_by_status)} · decisions {_counts(s.decisions_by_verdict)}"
+    if s.llm_calls:
+        totals += f" · LLM ${s.llm_usd:.4f} in {s.llm_calls} calls"
     parts: list[RenderableType] = [header, Text(totals, style="dim")]
     if s.error:
         parts.append(Text(s.error, style="bold red"))
 
-    agents = _table("researchers", "agent", "persona", "in play", "last proposal", "ago")
+    agents = _table("researchers", "agent", "brain", "persona", "in play", "last", "ago")
     for a in s.agents:
-        persona = a.name.rsplit("-", 1)[-1]
+        *rest, persona = a.name.split("-")
+        brain = rest[-1] if rest and rest[-1] in LLM_BRAINS else "heuristic"
         ago = _duration(s.taken_at - a.last_at) if a.last_at is not None else ""
         last = a.last_proposed or a.last_action
         agents.add_row(
-            a.name, persona if persona in PERSONAS else "", str(a.in_play), _cut(last), ago
+            a.name,
+            brain,
+            persona if persona in PERSONAS else "",
+            str(a.in_play),
+            _cut(last),
+            ago,
         )
 
     queues = _table("queues", "tier", "queued", "running")

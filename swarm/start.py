@@ -50,6 +50,9 @@ async def start_swarm(
     out: TextIO = sys.stdout,
 ) -> None:
     make_ladder(config)  # a bad ladder or target stops the start here, naming the key
+    from swarm.agents_process import check_llm  # autogen-core: a slow import, paid only here
+
+    check_llm(config, workspace, config.agents.count)  # a missing key or price, likewise
     workspace.create()
     lock = workspace.acquire_lock()
     if lock is None:
@@ -76,6 +79,8 @@ async def start_swarm(
             delay = config.ledger.restart_delay_s
             effective = workspace.run_dir / "swarm.toml"  # children run with exactly this config
             write_private(effective, dump_config(config))
+            # Only the agents need the LLM keys: no other process ever sees them.
+            keys = (config.llm.anthropic_api_key_env, config.llm.openai_api_key_env)
             for name in ("ledger", "ladder"):
                 children.append(
                     ManagedProcess(
@@ -83,6 +88,7 @@ async def start_swarm(
                         _swarm_argv(workspace, effective, name),
                         workspace.logs_dir / f"{name}.log",
                         delay,
+                        withhold=keys,
                     )
                 )
             for i in range(trainer_count(config)):
@@ -92,6 +98,7 @@ async def start_swarm(
                         _swarm_argv(workspace, effective, "worker"),
                         workspace.logs_dir / f"trainer-{i}.log",
                         delay,
+                        withhold=keys,
                     )
                 )
             if config.agents.count:
@@ -107,6 +114,7 @@ async def start_swarm(
                         ),
                         workspace.logs_dir / "agents.log",
                         delay,
+                        grace_s=30.0,  # LLM calls in flight finish and are recorded
                     )
                 )
             for child in children:

@@ -19,9 +19,17 @@ log = logging.getLogger(__name__)
 
 class ManagedProcess:
     def __init__(
-        self, name: str, argv: list[str], log_path: Path, restart_delay_s: float = 1.0
+        self,
+        name: str,
+        argv: list[str],
+        log_path: Path,
+        restart_delay_s: float = 1.0,
+        withhold: tuple[str, ...] = (),
+        grace_s: float = 10.0,
     ) -> None:
         self.name = name
+        self.grace_s = grace_s  # from SIGTERM to SIGKILL
+        self.withhold = withhold  # environment variables it must not see (other roles' secrets)
         self.argv = argv
         self.log_path = log_path
         self.restart_delay_s = restart_delay_s
@@ -46,7 +54,10 @@ class ManagedProcess:
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=die_with_parent,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={
+                    **{k: v for k, v in os.environ.items() if k not in self.withhold},
+                    "PYTHONUNBUFFERED": "1",
+                },
             )
         log.info("started %s (pid %d)", self.name, self._process.pid)
 
@@ -69,7 +80,8 @@ class ManagedProcess:
             if not self._stopping:
                 await self.start()
 
-    async def stop(self, grace_s: float = 10.0) -> None:
+    async def stop(self, grace_s: float | None = None) -> None:
+        grace_s = self.grace_s if grace_s is None else grace_s
         self._stopping = True
         process = self._process
         if process is None or process.returncode is not None:

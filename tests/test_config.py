@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.brain_groups import BrainSpecError, parse_brain_groups
 from swarm.config import ConfigError, SwarmConfig, load_config, parse_config, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,3 +55,46 @@ def test_overrides_skip_flags_not_given() -> None:
     config = with_overrides(SwarmConfig(), "bus", url="nats://h:4222", token=None)
     assert config.bus.url == "nats://h:4222" and config.bus.token == ""
     assert with_overrides(config, "bus", url=None) is config
+
+
+@pytest.mark.parametrize(
+    ("count", "spec", "groups"),
+    [
+        (4, "heuristic", [("heuristic", 4)]),
+        (8, "anthropic:6,heuristic:2", [("anthropic", 6), ("heuristic", 2)]),
+        (8, "anthropic:6,heuristic", [("anthropic", 6), ("heuristic", 2)]),
+        (3, " openai , heuristic:1", [("openai", 2), ("heuristic", 1)]),
+        (0, "heuristic", []),
+    ],
+)
+def test_brain_groups_split_the_agents(count: int, spec: str, groups: list[object]) -> None:
+    parsed = parse_brain_groups(spec, count)
+    assert [(g.brain, g.count) for g in parsed] == groups
+
+
+@pytest.mark.parametrize(
+    ("count", "spec", "message"),
+    [
+        (4, "claude", "unknown brain 'claude'"),
+        (4, "anthropic:6,heuristic:2", "names 8 researchers but the swarm has 4"),
+        (4, "anthropic,openai", "only one brain may go without a count"),
+        (4, "anthropic:x", "must be a whole number"),
+        (4, "anthropic:1,anthropic:3", "named twice"),
+        (4, "anthropic:5,heuristic", "names 5 researchers, more than 4"),
+        (4, "", "empty brain"),
+    ],
+)
+def test_bad_brain_groups_say_what_is_wrong(count: int, spec: str, message: str) -> None:
+    with pytest.raises(BrainSpecError, match=message):
+        parse_brain_groups(spec, count)
+    with pytest.raises(ConfigError, match=r"agents\.brain"):
+        parse_config({"agents": {"count": count, "brain": spec}})
+
+
+def test_llm_settings_are_checked_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"llm\.max_usd must be 0 or more"):
+        parse_config({"llm": {"max_usd": -1}})
+    with pytest.raises(ConfigError, match=r"meta\.brain must be one of"):
+        parse_config({"meta": {"brain": "gpt"}})
+    config = parse_config({"agents": {"count": 8, "brain": "anthropic:6,heuristic"}})
+    assert config.agents.brain == "anthropic:6,heuristic"

@@ -176,3 +176,123 @@ def test_ladder_killed_mid_run_rebuilds_its_state_and_people_approve_and_revert(
 
 
 HELD = "select idea_id from decisions where verdict = 'HELD' order by created_at limit 1"
+
+
+KEY = "sk-ant-e2e-SECRET-0071"
+LLM_VALUES = ("0.03", "0.05", "0.1", "0.02", "0.07", "0.04", "0.08", "0.06", "0.15", "0.2")
+META_ANSWER = """REASON: raising the learning rate keeps passing; keep going.
+<strategy>
+# Strategy
+Keep raising LEARNING_RATE toward 0.1; leave BATCH_SIZE alone.
+</strategy>"""
+
+
+class ClaudeStandIn:
+    """What the stub API answers: a malformed answer first (so one repair round runs), then
+    SEARCH/REPLACE edits moving LEARNING_RATE through a list of values; the meta-agent's
+    requests get a new strategy."""
+
+    def __init__(self) -> None:
+        self.proposals = 0
+
+    def __call__(self, api: str, request: dict[str, object], headers: dict[str, str]) -> object:
+        from tests.llm_stub_server import Reply
+
+        text = json.dumps(request)
+        if "You coach one researcher" in text:
+            return Reply(text=META_ANSWER)
+        self.proposals += 1
+        if self.proposals == 1:
+            return Reply(text="I would try a bigger learning rate.")  # no edits: repaired
+        value = LLM_VALUES[(self.proposals - 2) % len(LLM_VALUES)]
+        current = next(line for line in PARAMS.splitlines() if line.startswith("LEARNING_RATE"))
+        search = current
+        for line in str(request.get("system", "")).split("\\n"):
+            if line.startswith("LEARNING_RATE ="):
+                search = line  # the champion's line, as the prompt shows it
+        answer = (
+            f"HYPOTHESIS: LEARNING_RATE {value} trains further in the same steps.\n"
+            f"params.py\n<<<<<<< SEARCH\n{search}\n=======\n"
+            f"LEARNING_RATE = {value}  # step size\n>>>>>>> REPLACE\n"
+        )
+        return Reply(text=answer)
+
+
+@pytest.mark.timeout(240)
+def test_a_mixed_swarm_of_a_claude_researcher_and_a_heuristic_one_records_every_llm_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--brain anthropic:1,heuristic:1` against a stub of the Messages API: both kinds of
+    researcher propose; every LLM call (the repaired one too), its cost and the meta-agent's
+    strategy rewrite reach the ledger; an LLM idea's reasoning reads back in order; the key is
+    nowhere in the workspace."""
+    from tests.llm_stub_server import StubLlmServer
+
+    repo = Path(__file__).resolve().parent.parent
+    with StubLlmServer(ClaudeStandIn()) as stub:  # type: ignore[arg-type]
+        config = swarm_project(tmp_path, agents=2)
+        agents = (
+            '[agents]\nbrain = "anthropic:1,heuristic"\n'
+            f'program = "{repo / "configs" / "program.md"}"\n'
+            f'strategies = "{repo / "configs" / "strategies"}"\n'
+        )
+        config.write_text(
+            config.read_text().replace("[agents]\n", agents)
+            + f"""
+[llm]
+anthropic_base_url = "{stub.url}"
+prices = "{repo / "configs" / "llm_prices.toml"}"
+cooldown_s = 0.5
+[meta]
+interval_s = 2
+min_outcomes = 2
+"""
+        )
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        swarm = RunningSwarm(tmp_path / "ws", config)
+        root = swarm.workspace.root
+        try:
+            swarm.wait_ready()
+
+            def rewritten() -> bool:
+                meta = sql(swarm, "select count(*) as n from strategies where author like '%meta'")
+                return int(meta[0]["n"]) >= 1  # type: ignore[call-overload]
+
+            wait_for(rewritten, timeout=150, interval=1.0)
+        finally:
+            swarm.stop()
+    # The stopped swarm's ledger file, as it was left: nothing may be missing from it.
+    calls = sql(swarm, "select * from llm_calls order by created_at")
+    decided = sql(
+        swarm,
+        "select d.idea_id from decisions d join ideas i using (idea_id) "
+        "where i.author like '%-anthropic-%' limit 1",
+    )
+    authors = sql(swarm, "select distinct author from ideas order by author")
+    costs = sql(swarm, "select * from llm_costs")
+    reasoning = sql(
+        swarm,
+        "select step, text from idea_reasoning where idea_id = "
+        f"'{decided[0]['idea_id']}' order by happened_at",
+    )
+    hit_rates = sql(swarm, "select * from strategy_hit_rates where version = 2")
+    assert {a["author"] for a in authors} == {"local-0-anthropic-explorer", "local-1-exploiter"}
+    first, repaired = calls[0], calls[1]
+    assert (first["status"], repaired["purpose"], repaired["status"]) == ("refused", "repair", "ok")
+    assert first["response"] == "I would try a bigger learning rate." and first["error"]
+    assert all(c["cost_usd"] > 0 and c["prefix_sha"] for c in calls)
+    assert any(c["purpose"] == "meta" for c in calls)
+    assert sum(c["cost_usd"] for c in costs) == pytest.approx(sum(c["cost_usd"] for c in calls))
+    steps = [r["step"] for r in reasoning]
+    assert steps[0].startswith("prompt (propose)") and any(s.startswith("decision") for s in steps)
+    assert any(
+        s.startswith("answer (repair, ok)") or s.startswith("answer (propose, ok)") for s in steps
+    )
+    assert hit_rates and hit_rates[0]["agent"] == "local-0-anthropic-explorer"
+    assert (
+        (root / "strategies" / "local-0-anthropic-explorer.md")
+        .read_text()
+        .startswith("# Strategy\nKeep raising")
+    )
+    leaked = [p for p in root.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert leaked == []

@@ -1,0 +1,123 @@
+"""The prompts of the LLM researchers and the meta-agent, from the files they are written in.
+
+A prompt is a cached prefix and a varying part. The prefix changes rarely, so the API caches it:
+the researcher template (agents/prompts/researcher.md) filled with the research direction
+(configs/program.md), the researcher's strategy file, the answer format and the champion recipe.
+The varying part is what the swarm learned since: recent findings, near-misses, failures with
+their log tails, what is in play, and the researcher's own recent attempts. Each section keeps
+its newest entries within a fixed count, so a prompt stays the same size however long the swarm
+runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from string import Template
+from typing import TypeVar
+
+from agents.answer_protocol import FORMAT
+from agents.brain import Desk, Failure
+from agents.heuristic_brain import Finding
+
+T = TypeVar("T")
+PROMPTS = Path(__file__).parent / "prompts"
+RECENT_FINDINGS = 25
+NEAR_MISSES = 8
+OLDER_REJECTS = 15
+FAILURES = 6
+LOG_LINES = 12
+IN_PLAY = 20
+LINE = 160  # characters of a hypothesis shown per finding
+OPEN = frozenset({"", "RETEST", "PROMOTE"})
+
+
+def template(name: str) -> Template:
+    return Template((PROMPTS / f"{name}.md").read_text())
+
+
+def researcher_prefix(desk: Desk, program: str, strategy: str) -> str:
+    return template("researcher").safe_substitute(
+        agent=desk.agent,
+        editable=desk.editable,
+        program=program.strip(),
+        strategy=strategy.strip(),
+        format=FORMAT.strip(),
+        version=desk.version,
+        recipe=desk.source.rstrip(),
+    )
+
+
+def researcher_request(desk: Desk) -> str:
+    """The varying part: what the swarm learned, newest last, then the request."""
+    here = [f for f in desk.findings if f.champion_version == desk.version]
+    decided = [f for f in here if f.verdict]
+    in_play = [f for f in here if f.verdict in OPEN and not f.stacked]
+    near = [
+        f
+        for f in desk.findings
+        if f.verdict in ("REJECT", "RETEST") and f.delta is not None and f.delta > 0
+    ]
+    stacked = [f for f in desk.findings if f.stacked]
+    older = [
+        f
+        for f in desk.findings
+        if f.champion_version < desk.version and f.verdict == "REJECT" and f not in near
+    ]
+    sections = [
+        f"The champion is version {desk.version}; the ladder's tiers are 0 to {desk.top_tier}.",
+        _section("Changes stacked into the champion so far", stacked, _finding),
+        _section(
+            "Ideas decided on this champion (newest last; Δ > 0 is a gain over the champion)",
+            decided[-RECENT_FINDINGS:],
+            _finding,
+        ),
+        _section("Near misses: they gained, but not enough to pass", near[-NEAR_MISSES:], _finding),
+        _section("Rejected on earlier champions", older[-OLDER_REJECTS:], _finding),
+        _section("Runs that failed, with their log tails", list(desk.failures)[-FAILURES:], _fail),
+        _section("In play now: do not propose these again", in_play[-IN_PLAY:], _finding),
+        _section("Your own recent attempts and what became of them", list(desk.notes), str),
+        f"Propose one new idea for champion version {desk.version} now, in the answer format.",
+    ]
+    return "\n\n".join(s for s in sections if s)
+
+
+def meta_prefix(program: str) -> str:
+    return template("meta").safe_substitute(program=program.strip())
+
+
+def meta_request(agent: str, strategy: str, hit_rates: str, mine: Iterable[Finding]) -> str:
+    outcomes = [_finding(f) for f in mine]
+    return "\n\n".join(
+        [
+            f"The researcher: {agent}.",
+            f"Its current strategy file:\n\n{strategy.strip()}",
+            f"Its hit rates under that strategy: {hit_rates}",
+            "Its ideas, oldest first:\n" + ("\n".join(outcomes) or "(none decided yet)"),
+            "Rewrite its strategy file now.",
+        ]
+    )
+
+
+def _section(title: str, items: Sequence[T], render: Callable[[T], str]) -> str:
+    if not items:
+        return ""
+    return f"## {title}\n" + "\n".join(render(item) for item in items)
+
+
+def _finding(f: Finding) -> str:
+    where = f"t{f.tier} {f.verdict or 'queued'}" + (", stacked" if f.stacked else "")
+    delta = f", Δ {f.delta:+.4f}" if f.delta is not None else ""
+    why = f" [{f.reason}]" if f.reason and f.verdict in ("REJECT", "REFUSED", "STALE") else ""
+    changes = "; ".join(f"{c.name} {c.old}→{c.new}" for c in f.changes)
+    text = f.hypothesis.strip().replace("\n", " ")
+    text = text if len(text) <= LINE else text[: LINE - 1] + "…"
+    return f"- {f.idea_id} by {f.author} on v{f.champion_version} ({where}{delta}){why}: {text}" + (
+        f" ({changes})" if changes else ""
+    )
+
+
+def _fail(failure: Failure) -> str:
+    tail = "\n".join(failure.log_tail.strip().splitlines()[-LOG_LINES:])
+    head = f"- {failure.idea_id} at tier {failure.tier}: {failure.status}: {failure.reason}"
+    return head + (f"\n```\n{tail}\n```" if tail else "")
