@@ -21,13 +21,11 @@ from agents.llm_client import (
     Prompt,
     RetryPolicy,
     Usage,
-    redact,
-    retry_after_s,
+    status_failure,
+    transport_failure,
+    unusable_failure,
     with_retries,
 )
-
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
-STATUS_REASON = {429: "rate limited", 529: "overloaded"}
 
 
 class AnthropicClient:
@@ -95,25 +93,15 @@ class AnthropicClient:
             raise self._failure(exc) from None
 
     def _failure(self, exc: anthropic.APIError) -> ApiFailure:
-        if isinstance(exc, anthropic.APITimeoutError):
-            return ApiFailure("request timed out", status=None, retryable=True)
-        if isinstance(exc, anthropic.APIConnectionError):
-            cause = redact(str(exc.__cause__ or exc), self._secrets)
-            return ApiFailure("connection failed", status=None, retryable=True, detail=cause)
+        if isinstance(exc, anthropic.APIConnectionError):  # a timeout is one, too
+            timed_out = isinstance(exc, anthropic.APITimeoutError)
+            return transport_failure(timed_out, str(exc.__cause__ or exc), self._secrets)
         if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            kind = STATUS_REASON.get(status, "server error" if status >= 500 else "HTTP error")
             said = " ".join(str(p) for p in (exc.type, exc.api_message) if p) or exc.message
-            return ApiFailure(
-                f"{kind} ({status})",
-                status=status,
-                retryable=status in RETRYABLE_STATUS,
-                detail=redact(said, self._secrets),
-                retry_after_s=retry_after_s(exc.response.headers.get("retry-after")),
-            )
-        # e.g. a response that does not parse as a Message
-        said = redact(f"{type(exc).__name__}: {exc.message}", self._secrets)
-        return ApiFailure("unusable response", status=None, retryable=False, detail=said)
+            retry_after = exc.response.headers.get("retry-after")
+            return status_failure(exc.status_code, said, retry_after, self._secrets)
+        # e.g. a response that does not parse
+        return unusable_failure(type(exc).__name__, exc.message, self._secrets)
 
 
 def _usage(message: Message) -> Usage:

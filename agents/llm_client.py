@@ -153,6 +153,40 @@ def cost_usd(usage: Usage, price: Price) -> float:
     ) / TOKENS_PER_PRICE_UNIT
 
 
+# What the two SDKs raise maps to the same failures (both SDKs are generated alike).
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
+STATUS_REASON = {429: "rate limited", 529: "overloaded"}
+
+
+def status_failure(
+    status: int, said: str, retry_after: str | None, secrets: Iterable[str]
+) -> ApiFailure:
+    """An HTTP error answer: retryable when rate limited, overloaded or a server error."""
+    kind = STATUS_REASON.get(status, "server error" if status >= 500 else "HTTP error")
+    return ApiFailure(
+        f"{kind} ({status})",
+        status=status,
+        retryable=status in RETRYABLE_STATUS,
+        detail=redact(said, secrets),
+        retry_after_s=retry_after_s(retry_after),
+    )
+
+
+def transport_failure(timed_out: bool, cause: str, secrets: Iterable[str]) -> ApiFailure:
+    """No answer at all: a timeout or a failed connection, both worth retrying."""
+    if timed_out:
+        return ApiFailure("request timed out", status=None, retryable=True)
+    return ApiFailure(
+        "connection failed", status=None, retryable=True, detail=redact(cause, secrets)
+    )
+
+
+def unusable_failure(name: str, message: str, secrets: Iterable[str]) -> ApiFailure:
+    """An answer that does not parse as the API's response: retrying will not help."""
+    said = redact(f"{name}: {message}", secrets)
+    return ApiFailure("unusable response", status=None, retryable=False, detail=said)
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     """`text` with every non-empty secret replaced by [REDACTED], longest first."""
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
