@@ -17,6 +17,7 @@ from bus.messages import (
     ChangeKind,
     Decision,
     Idea,
+    LlmCall,
     RunSpec,
     RunStatus,
     Trace,
@@ -53,6 +54,7 @@ def snapshot(**fields: object) -> LiveSnapshot:
         "agents": (
             AgentRow("researcher-0-explorer", 2, "propose", "idea-aaa: LR 0.001→0.002", NOW - 30),
             AgentRow("researcher-1-ablator", 0),
+            AgentRow("h-2-anthropic-combiner", 0, "stopped", "stopped: budget is spent", NOW - 5),
         ),
         "queues": (TierQueue(0, 17, 4), TierQueue(1, 3, 2)),
         "experiments": (
@@ -92,6 +94,7 @@ def test_render_shows_agents_queues_progress_leaderboard_and_champions() -> None
     assert "champion v3" in text and "CRASH 2" in text and "REJECT 5" in text
     assert "researcher-0-explorer" in text and "researcher-1-ablator" in text
     assert "explorer" in text and "idea-aaa: LR 0.001→0.002" in text
+    assert "heuristic" in text and "anthropic" in text and "stopped: budget is spent" in text
     assert "17" in text and "running" in text
     assert "██████░░░░░░  50%" in text  # tier 1's running experiment, half way
     assert "running 20s" in text and "queued 5s" in text and "baseline" in text
@@ -157,6 +160,14 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
         await publish_event(js, Idea(idea_id, author, f"{idea_id} {HYPOTHESIS}", "", 1))
     await publish_event(js, Trace(new_id("tr"), r0, "propose", proposed="idea-b", created_at=t - 9))
     await publish_event(js, Trace(new_id("tr"), r0, "propose", proposed="idea-a: LR", created_at=t))
+    spent = "stopped proposing: the swarm's LLM budget is spent ($1.0100 of $1.00)"
+    await publish_event(js, Trace(new_id("tr"), r1, "stopped", why=spent, created_at=t))
+    await publish_event(
+        js,
+        LlmCall(
+            new_id("llm"), r1, "propose", "anthropic", "m", "ok", "p", "x", "", "", cost_usd=1.01
+        ),
+    )
     # idea-a waits for a retest (in play), idea-b is rejected, idea-c was stacked into v2.
     for idea_id, verdict in (("idea-a", Verdict.RETEST), ("idea-b", Verdict.REJECT)):
         await publish_event(js, Decision(new_id("d"), idea_id, 0, verdict, 1, "rule"))
@@ -199,8 +210,11 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
     assert taken.subject == job_subject(0)
 
     async def all_in() -> bool:
-        sql = "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM run_specs) AS n"
-        return (await ask_ledger(nc, sql, 5)).table.column("n")[0].as_py() == len(results) + 4
+        sql = (
+            "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM run_specs)"
+            " + (SELECT count(*) FROM llm_calls) AS n"
+        )
+        return (await ask_ledger(nc, sql, 5)).table.column("n")[0].as_py() == len(results) + 5
 
     await wait_for_async(all_in, 20)
     found = await gather_snapshot(nc, time.monotonic() - 60, 10.0, 100)
@@ -209,8 +223,9 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
     assert found.decisions_by_verdict == {"RETEST": 1, "REJECT": 1, "PROMOTE": 1}
     assert [(a.name, a.in_play, a.last_proposed) for a in found.agents] == [
         (r0, 1, "idea-a: LR"),
-        (r1, 0, ""),
+        (r1, 0, f"stopped: {spent}"),  # why it no longer proposes
     ]
+    assert (found.llm_calls, found.llm_usd) == (1, 1.01) and "LLM $1.0100 (1 calls)" in found.line()
     assert found.queues == (TierQueue(0, 2, 1), TierQueue(2, 0, 0))
     running = [e for e in found.experiments if e.running]
     assert [(e.tier, e.seed, e.idea_id) for e in running] == [(0, 0, "")]
