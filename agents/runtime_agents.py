@@ -138,9 +138,19 @@ class MetaHostAgent(RoutedAgent):
         self.meta = meta
         self.team = team
         self.rewrites = 0
+        self.reviewing = False
 
     @message_handler
     async def on_meta_tick(self, message: MetaTick, ctx: MessageContext) -> None:
+        if self.reviewing:  # a review still waiting on the model: two would race on one file
+            return
+        self.reviewing = True
+        try:
+            await self._review_all()
+        finally:
+            self.reviewing = False
+
+    async def _review_all(self) -> None:
         outbox = TopicId(OUTBOX, SOURCE)
         for researcher in self.team:
             review = await self.meta.review(researcher)
