@@ -6,6 +6,7 @@ it is held only by the SDK client, and error messages are redacted (agents/llm_c
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,10 @@ class LlmSetup:
             raise LlmSetupError(
                 f"brain 'anthropic' needs an API key in ${settings.api_key_env} "
                 "(llm.anthropic_api_key_env names the variable)"
+            )
+        if provider == "openai" and importlib.util.find_spec("openai") is None:
+            raise LlmSetupError(
+                "brain 'openai' needs the optional extra: pip install 'research-swarm[openai]'"
             )
         if not self.program.is_file():
             raise LlmSetupError(f"agents.program: research direction not found: {self.program}")
