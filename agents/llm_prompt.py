@@ -59,10 +59,11 @@ def researcher_request(desk: Desk) -> str:
         if f.verdict in ("REJECT", "RETEST") and f.delta is not None and f.delta > 0
     ]
     stacked = [f for f in desk.findings if f.stacked]
+    near_ids = {f.idea_id for f in near}
     older = [
         f
         for f in desk.findings
-        if f.champion_version < desk.version and f.verdict == "REJECT" and f not in near
+        if f.champion_version < desk.version and f.verdict == "REJECT" and f.idea_id not in near_ids
     ]
     sections = [
         f"The champion is version {desk.version}; the ladder's tiers are 0 to {desk.top_tier}.",

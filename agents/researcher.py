@@ -93,6 +93,19 @@ class Researcher:
     def mine(self) -> list[Finding]:
         return [f for f in self.findings.values() if f.author == self.name]
 
+    def observe(self, message: Message) -> None:
+        """Fold one event of the swarm's history; kinds a researcher does not learn from pass."""
+        if isinstance(message, ChampionChange):
+            self.on_champion(message)
+        elif isinstance(message, Idea):
+            self.on_idea(message)
+        elif isinstance(message, Decision):
+            self.on_decision(message)
+        elif isinstance(message, RunResult):
+            self.on_result(message)
+        elif isinstance(message, LlmCall):
+            self.on_llm_call(message)
+
     def on_champion(self, change: ChampionChange) -> None:
         self.sources[change.version] = change.source
         self.tried[change.version].add(fingerprint(change.source))

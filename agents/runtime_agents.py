@@ -59,30 +59,13 @@ class ResearcherAgent(RoutedAgent):
     def __init__(self, researcher: Researcher) -> None:
         super().__init__(f"researcher {researcher.name}")
         self.researcher = researcher
-        self._lock = asyncio.Lock()  # handlers of one agent run concurrently
 
     @message_handler
-    async def on_idea(self, message: Idea, ctx: MessageContext) -> None:
-        async with self._lock:
-            self.researcher.on_idea(message)
-
-    @message_handler
-    async def on_decision(self, message: Decision, ctx: MessageContext) -> None:
-        async with self._lock:
-            self.researcher.on_decision(message)
-
-    @message_handler
-    async def on_champion(self, message: ChampionChange, ctx: MessageContext) -> None:
-        async with self._lock:
-            self.researcher.on_champion(message)
-
-    @message_handler
-    async def on_result(self, message: RunResult, ctx: MessageContext) -> None:
-        self.researcher.on_result(message)
-
-    @message_handler
-    async def on_llm_call(self, message: LlmCall, ctx: MessageContext) -> None:
-        self.researcher.on_llm_call(message)
+    async def on_history(
+        self, message: Idea | Decision | ChampionChange | RunResult | LlmCall, ctx: MessageContext
+    ) -> None:
+        # Folding never awaits, so handlers running concurrently cannot interleave inside it.
+        self.researcher.observe(message)
 
     @message_handler
     async def on_tick(self, message: Tick, ctx: MessageContext) -> None:

@@ -33,7 +33,7 @@ from agents.llm_client import Usage, cost_usd, load_prices  # noqa: E402
 from agents.llm_prompt import researcher_prefix, researcher_request  # noqa: E402
 from agents.researcher import Researcher  # noqa: E402
 from bus.codec import decode  # noqa: E402
-from bus.messages import SCHEMA_VERSION, ChampionChange, Decision, Idea, RunResult  # noqa: E402
+from bus.messages import SCHEMA_VERSION  # noqa: E402
 from ledger.duckdb_store import open_database  # noqa: E402
 from training.target_info import BYTELM  # noqa: E402
 
@@ -92,14 +92,7 @@ def main() -> None:
         top_tier=2,
     )
     for m in events:
-        if isinstance(m, ChampionChange):
-            researcher.on_champion(m)
-        elif isinstance(m, Idea):
-            researcher.on_idea(m)
-        elif isinstance(m, Decision):
-            researcher.on_decision(m)
-        elif isinstance(m, RunResult):
-            researcher.on_result(m)
+        researcher.observe(m)
     desk = researcher.desk()
     program = (REPO / "configs" / "program.md").read_text()
     strategy = (REPO / "configs" / "strategies" / "explorer.md").read_text()
