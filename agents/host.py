@@ -33,12 +33,15 @@ from agents.runtime_agents import (
     META,
     OUTBOX,
     SOURCE,
+    TICKS,
     AccountsAgent,
     BusOutAgent,
+    HistoryAgent,
     MetaHostAgent,
     MetaTick,
     ResearcherAgent,
     Tick,
+    tick_topic,
 )
 from agents.strategy_book import StrategyBook
 from bus.messages import AgentEvent, AgentEventKind, new_id
@@ -148,7 +151,11 @@ async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> lis
         for i, researcher in enumerate(team.researchers):
             agent_type = f"researcher-{i}"
             await ResearcherAgent.register(runtime, agent_type, _factory(researcher))
-            await runtime.add_subscription(TypeSubscription(FINDINGS, agent_type))
+            await runtime.add_subscription(TypeSubscription(TICKS, agent_type))
+            await runtime.add_subscription(TypeSubscription(tick_topic(i), agent_type))
+        researchers = team.researchers
+        await HistoryAgent.register(runtime, "history", lambda: HistoryAgent(researchers))
+        await runtime.add_subscription(TypeSubscription(FINDINGS, "history"))
         if team.book is not None:
             book = team.book
             await AccountsAgent.register(
@@ -189,7 +196,7 @@ async def _tick(
 ) -> None:
     next_meta = time.monotonic() + options.meta_interval_s
     while not stop.is_set():
-        await runtime.publish_message(Tick(), TopicId(FINDINGS, SOURCE))
+        await runtime.publish_message(Tick(), TopicId(TICKS, SOURCE))
         if team.meta is not None and time.monotonic() >= next_meta:
             next_meta = time.monotonic() + options.meta_interval_s
             await runtime.publish_message(MetaTick(), TopicId(META, SOURCE))

@@ -10,6 +10,7 @@ its brain's budget is spent it stops proposing and says so.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, replace
@@ -119,12 +120,8 @@ class Researcher:
         base = self.sources.get(idea.champion_version)
         changes: tuple[Change, ...] = ()
         if base is not None:
-            try:
-                patched = apply(base, idea.patch, self.editable)
-                changes = changes_between(base, patched)
-            except (PatchRefused, SyntaxError):  # the ladder refuses it; nothing to learn
-                patched = base
-            self.tried[idea.champion_version].add(fingerprint(patched))
+            changes, tried = _read_patch(base, idea.patch, self.editable)
+            self.tried[idea.champion_version].add(tried)
         self.findings[idea.idea_id] = Finding(
             idea.idea_id, idea.author, idea.champion_version, changes, idea.hypothesis, 0, "", None
         )
@@ -274,6 +271,17 @@ class Researcher:
         self.notes.append(f"proposed {idea_id} on v{version}: {_first_line(proposal.hypothesis)}")
         self.on_idea(idea)
         return Step(trace, idea, attempt.records)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...], str]:
+    """What an idea changes and the fingerprint of its recipe. Every researcher of a host folds
+    every idea, so the patch is applied once per host (the cache), not once per researcher."""
+    try:
+        patched = apply(base, patch, editable)
+        return changes_between(base, patched), fingerprint(patched)
+    except (PatchRefused, SyntaxError):  # the ladder refuses it; nothing to learn
+        return (), fingerprint(base)
 
 
 def _first_line(text: str, limit: int = 120) -> str:

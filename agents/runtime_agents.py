@@ -2,9 +2,13 @@
 surface only).
 
 Topics: the bridge publishes the swarm's history (ideas, decisions, failed runs, champion
-changes, LLM calls, strategy versions) and the host's Ticks to FINDINGS; the host's MetaTicks go
-to META. Researchers and the meta-agent publish their records, traces and ideas to OUTBOX, which
-only the BusOut agent reads, so nothing that came from NATS is sent back to it.
+changes, LLM calls, strategy versions) to FINDINGS, which one HistoryAgent per host folds into
+every researcher of the host: the runtime serialises a message once per delivery (for its
+telemetry), so a delivery per researcher made 100 researchers cost 100x per event. Ticks go to
+TICKS (all researchers, every second) and to `tick-<i>` (one researcher, as soon as it has room
+for another idea); the host's MetaTicks go to META. Researchers and the meta-agent publish their
+records, traces and ideas to OUTBOX, which only the BusOut agent reads, so nothing that came from
+NATS is sent back to it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from bus.nats_bus import publish_event
 log = logging.getLogger(__name__)
 
 FINDINGS = "findings"
+TICKS = "ticks"
 OUTBOX = "outbox"
 META = "meta"
 SOURCE = "swarm"
@@ -55,17 +60,34 @@ class MetaTick:
     """The host's nudge to the meta-agent: review the researchers."""
 
 
-class ResearcherAgent(RoutedAgent):
-    def __init__(self, researcher: Researcher) -> None:
-        super().__init__(f"researcher {researcher.name}")
-        self.researcher = researcher
+def tick_topic(index: int) -> str:
+    return f"tick-{index}"
+
+
+class HistoryAgent(RoutedAgent):
+    """Folds the swarm's history into every researcher of this host, and nudges each one that
+    has room for another idea now, rather than at the next periodic tick."""
+
+    def __init__(self, researchers: list[Researcher]) -> None:
+        super().__init__("folds the swarm's history into the host's researchers")
+        self.researchers = researchers
 
     @message_handler
     async def on_history(
         self, message: Idea | Decision | ChampionChange | RunResult | LlmCall, ctx: MessageContext
     ) -> None:
         # Folding never awaits, so handlers running concurrently cannot interleave inside it.
-        self.researcher.observe(message)
+        for index, researcher in enumerate(self.researchers):
+            was_busy = researcher.busy
+            researcher.observe(message)
+            if was_busy and not researcher.busy:
+                await self.publish_message(Tick(), TopicId(tick_topic(index), SOURCE))
+
+
+class ResearcherAgent(RoutedAgent):
+    def __init__(self, researcher: Researcher) -> None:
+        super().__init__(f"researcher {researcher.name}")
+        self.researcher = researcher
 
     @message_handler
     async def on_tick(self, message: Tick, ctx: MessageContext) -> None:

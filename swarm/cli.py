@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_target_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("what to optimise (default: the built-in bytelm)")
-    group.add_argument("--target", choices=["bytelm", "command"])
+    group.add_argument("--target", choices=["bytelm", "command", "synthetic"])
     group.add_argument("--data", help="bytelm: your own text file or folder")
     group.add_argument("--project", help="command: project folder (default: .)")
     group.add_argument("--edit", help="command: the editable file")

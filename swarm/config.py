@@ -53,7 +53,7 @@ class LedgerConfig:
 
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
-    kind: str = "bytelm"  # bytelm (built in) | command (your own project)
+    kind: str = "bytelm"  # bytelm (built in) | command (your own project) | synthetic (dry run)
     data: str = ""  # bytelm: your own text file or folder instead of the stdlib corpus
     project: str = "."  # command: the project folder (copied per experiment)
     edit: str = ""  # command: the one editable file, relative to the project
@@ -168,7 +168,7 @@ NONNEGATIVE = {
 
 # Values that must be one of a few words, by dotted key.
 CHOICES = {
-    "target.kind": ("bytelm", "command"),
+    "target.kind": ("bytelm", "command", "synthetic"),
     "target.direction": ("minimize", "maximize"),
     "trainers.device": ("auto", "cpu", "cuda"),
     "meta.brain": ("", "anthropic", "openai"),

@@ -17,13 +17,15 @@ from swarm.config import ConfigError, SwarmConfig
 from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
-from training.target_info import BYTELM, TargetInfo
+from training.target_info import BYTELM, SYNTHETIC, TargetInfo
 
 
 def target_info(config: SwarmConfig) -> TargetInfo:
     t = config.target
     if t.kind == "bytelm":
         return BYTELM
+    if t.kind == "synthetic":
+        return SYNTHETIC
     require_target_keys(config, ("edit", "metric"))
     project = Path(t.project).resolve()
     if not (project / t.edit).is_file():

@@ -15,6 +15,7 @@ from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import require_target_keys, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
+from training.synthetic import SyntheticTarget
 from training.targets import BytelmTarget, CommandTarget, Target
 from training.trainer import Trainer, TrainerOptions
 
@@ -23,6 +24,8 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
     t = config.target
     if t.kind == "bytelm":
         return BytelmTarget(workspace.root / "corpus", Path(t.data) if t.data else None)
+    if t.kind == "synthetic":
+        return SyntheticTarget()
     require_target_keys(config, ("edit", "run", "metric"))
     info = target_info(config)
     project = Path(t.project).resolve()

@@ -22,3 +22,6 @@ class TargetInfo:
 
 
 BYTELM = TargetInfo("bytelm", "recipe.py", "val_bpb", True, RECIPE)
+SYNTHETIC = TargetInfo(
+    "synthetic", "recipe.py", "loss", True, Path(__file__).parent / "recipes" / "synthetic.py"
+)

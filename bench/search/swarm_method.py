@@ -1,0 +1,194 @@
+"""The swarm's own search in the simulator: heuristic researchers and the real ladder.
+
+Nothing here re-implements the swarm. `Researcher` (with the offline heuristic brain) proposes
+ideas as patches to a recipe whose constants are the problem's parameters; `Ladder` admits them,
+asks for paired seeds, decides PROMOTE / RETEST / REJECT per tier and stacks winners into new
+champion versions, with the promotion rules of `configs/ladder.toml`. Only the bus is gone:
+every message one part makes is shown to the others at once, and a RunSpec becomes a simulated
+job whose loss the problem gives. As the real trainers do, a free worker takes the highest tier
+first, and a job made for a champion that has since changed is skipped without running.
+
+What it recommends is the current champion. A categorical parameter is written as a 1-based
+index into its choices: the heuristic steps numbers, and has no categorical move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from agents.brain import OfflineBrain
+from agents.heuristic_brain import HeuristicBrain, Persona
+from agents.recipe_constants import constants
+from agents.researcher import Researcher
+from bench.search.sim import Config, Job, Param, Problem, Value
+from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
+from scale_ladder.admission import patched_source
+from scale_ladder.ladder import Ladder
+from scale_ladder.rules import PromotionRule
+from scale_ladder.tiers import Tier, load_ladder
+
+LADDER = Path(__file__).resolve().parents[2] / "configs" / "ladder.toml"
+EDITABLE = "recipe.py"
+
+
+def recipe(problem: Problem, config: Config) -> str:
+    """The problem's configuration as a recipe file of constants."""
+    lines = []
+    for param in problem.params:
+        value = config[param.name]
+        if param.choices:
+            value = param.choices.index(str(value)) + 1
+        elif not param.integer:
+            value = float(value)
+        lines.append(f"{param.name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def config_of(params: Sequence[Param], source: str) -> dict[str, Value]:
+    found = constants(source)
+    config: dict[str, Value] = {}
+    for param in params:
+        value = found[param.name].value
+        assert not isinstance(value, tuple | bool), f"{param.name} is not a number: {value!r}"
+        if param.choices:  # an index stepped out of range counts as the nearest end
+            config[param.name] = param.choices[min(max(int(value), 1), len(param.choices)) - 1]
+        else:
+            config[param.name] = value
+    return config
+
+
+def ladder_tiers(rule: Mapping[str, float] | None = None) -> list[Tier]:
+    """The shipped ladder's tiers, with some promotion-rule fields overridden (for sweeps)."""
+    tiers = load_ladder(LADDER).tiers
+    if not rule:
+        return tiers
+    return [replace(t, rule=_with(t.rule, rule)) for t in tiers]
+
+
+def _with(rule: PromotionRule, changes: Mapping[str, float]) -> PromotionRule:
+    whole = ("cold_start", "seeds", "max_seeds")
+    fields = {k: (int(v) if k in whole else v) for k, v in changes.items()}
+    return replace(rule, **fields)  # type: ignore[arg-type]
+
+
+class SwarmMethod:
+    def __init__(
+        self,
+        problem: Problem,
+        seed: int,
+        agents: int = 4,
+        max_in_flight: int = 2,
+        tiers: Sequence[Tier] | None = None,
+        name: str = "swarm",
+    ) -> None:
+        self.name = name
+        self.problem = problem
+        tiers = list(tiers or ladder_tiers())
+        if len(tiers) != len(problem.rung_costs):
+            raise ValueError(
+                f"the ladder has {len(tiers)} tiers and {problem.name} {len(problem.rung_costs)} "
+                "fidelities"
+            )
+        source = recipe(problem, problem.default)
+        self.ladder = Ladder(tiers, EDITABLE, source)
+        personas = itertools.cycle(Persona)
+        self.researchers = [
+            Researcher(
+                f"agent-{i}",
+                OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i)),
+                EDITABLE,
+                "bytelm",
+                max_in_flight,
+                len(tiers) - 1,
+                cooldown_s=0.0,
+            )
+            for i in range(agents)
+        ]
+        self.queue: list[deque[RunSpec]] = [deque() for _ in tiers]
+        self.turn = 0  # researchers are asked in turn
+        self.loop = asyncio.new_event_loop()
+        self.skipped = 0
+        self._share(self.ladder.act())
+
+    # --- the Method protocol ----------------------------------------------------------------
+
+    def ask(self) -> Job | None:
+        while True:
+            spec = self._next_spec()
+            if spec is None:
+                return None
+            current = max(self.ladder.champions)
+            if spec.champion_version < current:  # what a trainer does: skip, costs nothing
+                self.skipped += 1
+                self._result(spec, RunStatus.SKIPPED, None)
+                continue
+            base = self.ladder.champions[spec.champion_version].source
+            source = patched_source(base, spec.patch, EDITABLE) if spec.patch else base
+            config = config_of(self.problem.params, source)
+            cost = self.problem.rung_costs[spec.tier]
+            return Job(config, spec.tier, spec.seed, cost, key=spec)
+
+    def tell(self, job: Job, loss: float) -> None:
+        assert isinstance(job.key, RunSpec)
+        self._result(job.key, RunStatus.OK, loss)
+
+    def incumbent(self) -> Config:
+        return config_of(
+            self.problem.params, self.ladder.champions[max(self.ladder.champions)].source
+        )
+
+    def close(self) -> None:
+        self.loop.close()
+
+    # --- the swarm, without the bus ---------------------------------------------------------
+
+    def _next_spec(self) -> RunSpec | None:
+        for _ in range(len(self.researchers) + 1):
+            for queue in reversed(self.queue):  # highest tier first, as the trainers take them
+                if queue:
+                    return queue.popleft()
+            if not self._propose():
+                return None
+        return None
+
+    def _propose(self) -> bool:
+        """One idea from the next researcher that has one; False when none does."""
+        for _ in range(len(self.researchers)):
+            researcher = self.researchers[self.turn % len(self.researchers)]
+            self.turn += 1
+            step = self.loop.run_until_complete(researcher.propose())
+            if step is not None and step.idea is not None:
+                self._share([step.idea])
+                return True
+        return False
+
+    def _result(self, spec: RunSpec, status: RunStatus, metric: float | None) -> None:
+        result = RunResult(
+            spec.run_id,
+            spec.tier,
+            spec.seed,
+            spec.champion_version,
+            status,
+            idea_id=spec.idea_id,
+            metric=metric,
+        )
+        self._share([result])
+
+    def _share(self, messages: Iterable[Message]) -> None:
+        """Every part sees every message, and the ladder acts on what it saw, until quiet.
+        Ideas and results go to the ladder; what the ladder makes it has observed already."""
+        pending = deque(messages)
+        while pending:
+            message = pending.popleft()
+            for researcher in self.researchers:
+                researcher.observe(message)
+            if isinstance(message, Idea | RunResult):
+                self.ladder.observe(message)
+                pending.extend(self.ladder.act())
+            elif isinstance(message, RunSpec):
+                self.queue[message.tier].append(message)

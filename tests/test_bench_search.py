@@ -1,0 +1,175 @@
+"""The search benchmark's problems and peer methods, through sim.simulate as the benchmark runs
+them. Small budgets: these check behaviour, not which method wins."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from bench.search.peers import PEERS, RandomSearch
+from bench.search.problems import (
+    LCDB_DATASETS,
+    LcdbProblem,
+    SyntheticProblem,
+    fidelity_correlation,
+    lcdb_available,
+    make_problem,
+)
+from bench.search.sim import Config, Job, Method, Problem, regret, simulate
+
+
+class Recorder:
+    """Passes a method through, keeping every job it started."""
+
+    def __init__(self, method: Method) -> None:
+        self.method, self.name, self.jobs = method, method.name, list[Job]()
+
+    def ask(self) -> Job | None:
+        job = self.method.ask()
+        if job is not None:
+            self.jobs.append(job)
+        return job
+
+    def tell(self, job: Job, loss: float) -> None:
+        self.method.tell(job, loss)
+
+    def incumbent(self) -> Config | None:
+        return self.method.incumbent()
+
+
+def run(problem: Problem, method: Method, budget: float, workers: int = 4) -> Recorder:
+    recorder = Recorder(method)
+    trajectory = simulate(problem, recorder, budget, workers)
+    spent = sum(job.cost for job in recorder.jobs)
+    assert spent <= budget + workers * max(problem.rung_costs)  # running jobs may overrun
+    assert trajectory.jobs == len(recorder.jobs)
+    assert all(point.regret >= -1e-12 for point in trajectory.points)
+    return recorder
+
+
+def test_synthetic_evaluate_is_deterministic() -> None:
+    problem = SyntheticProblem()
+    assert problem.evaluate(problem.default, 1, 7) == problem.evaluate(problem.default, 1, 7)
+    assert problem.evaluate(problem.default, 1, 7) != problem.evaluate(problem.default, 1, 8)
+    assert SyntheticProblem().evaluate(problem.default, 0, 3) == problem.evaluate(
+        problem.default, 0, 3
+    )
+
+
+def test_synthetic_seed_noise_cancels_in_pairs() -> None:
+    problem = SyntheticProblem()
+    other = {**problem.default, "LR": 3e-3}
+    a = [problem.evaluate(problem.default, 2, seed) for seed in range(60)]
+    b = [problem.evaluate(other, 2, seed) for seed in range(60)]
+    paired = statistics.stdev(x - y for x, y in zip(a, b, strict=True))
+    assert paired < statistics.stdev(a) and paired < statistics.stdev(b)
+
+
+def test_synthetic_optimum_and_default() -> None:
+    problem = SyntheticProblem()
+    assert all(isinstance(v, float) for v in problem.default.values())
+    optimum = problem.optimum()
+    assert all(p.low < float(optimum[p.name]) < p.high for p in problem.params)
+    assert float(optimum["LR"]) > float(problem.default["LR"])  # a better LR is there to find
+    assert problem.true_loss(optimum) == pytest.approx(problem.best_loss())
+    assert regret(problem, problem.default) == pytest.approx(0.3)
+    assert regret(problem, None) == regret(problem, problem.default)
+
+
+def test_synthetic_fidelity_correlation_follows_the_knob() -> None:
+    assert fidelity_correlation(SyntheticProblem(1.0)) > 0.99
+    assert fidelity_correlation(SyntheticProblem(0.2)) < 0.8
+    problem = SyntheticProblem(0.5)
+    assert fidelity_correlation(problem, rung=0) < fidelity_correlation(problem, rung=1)
+
+
+def test_synthetic_penalises_leaving_the_box() -> None:
+    problem = SyntheticProblem()
+    edge = {**problem.default, "LR": 0.1, "BETA2": 0.9}
+    assert problem.true_loss({**edge, "LR": 10.0}) > problem.true_loss(edge)
+    assert problem.true_loss({**edge, "BETA2": 0.5}) > problem.true_loss(edge)
+    assert problem.evaluate({**edge, "LR": 10.0}, 0, 0) > problem.evaluate(edge, 0, 0)
+
+
+def test_make_problem() -> None:
+    assert make_problem("synthetic").name == "synthetic(rho=0.7)"
+    assert make_problem("synthetic:0.3").name == "synthetic(rho=0.3)"
+    with pytest.raises(ValueError):
+        make_problem("nope")
+
+
+def test_random_search_improves_on_the_default() -> None:
+    problem = SyntheticProblem()
+    recorder = run(problem, RandomSearch(problem, seed=1), budget=9 * 60)
+    assert all(job.rung == 2 and job.seed == 0 for job in recorder.jobs)
+    assert regret(problem, recorder.incumbent()) < regret(problem, problem.default)
+
+
+def _check_prunes(problem: Problem, peer: str, budget: float) -> None:
+    recorder = run(problem, PEERS[peer](problem, 0), budget)
+    top = len(problem.rung_costs) - 1
+    started = sum(job.rung == 0 for job in recorder.jobs)
+    finished = sum(job.rung == top for job in recorder.jobs)
+    assert 0 < finished < started  # some trials were stopped below the top rung
+    assert {job.cost for job in recorder.jobs if job.rung == 1} == {
+        problem.rung_costs[1] - problem.rung_costs[0]  # a continued trial pays the increment
+    }
+    assert regret(problem, recorder.incumbent()) < regret(problem, problem.default)
+
+
+@pytest.mark.parametrize("peer", ["optuna-tpe-hyperband", "optuna-tpe-sh"])
+def test_optuna_peers_prune_and_improve(peer: str) -> None:
+    pytest.importorskip("optuna")
+    _check_prunes(SyntheticProblem(), peer, budget=300)
+
+
+def test_ray_asha_prunes_and_improves() -> None:
+    pytest.importorskip("ray.tune")
+    _check_prunes(SyntheticProblem(), "ray-asha", budget=300)
+
+
+@pytest.mark.skipif(not lcdb_available(), reason="lcdb is not installed")
+def test_lcdb_problem() -> None:
+    problem = LcdbProblem(LCDB_DATASETS[0])
+    assert len(problem.params[0].choices) == 20 and problem.rung_costs[0] == 1.0
+    assert list(problem.rung_costs) == sorted(problem.rung_costs)
+    for learner in problem.params[0].choices:
+        config = {"LEARNER": learner}
+        assert 0.0 <= problem.evaluate(config, 0, 3) <= 1.0
+        assert 0.0 <= problem.true_loss(config) <= 1.0
+    assert problem.best_loss() < problem.true_loss(problem.default)
+    assert problem.evaluate(problem.default, 1, 5) == problem.evaluate(problem.default, 1, 5)
+    assert -1.0 <= fidelity_correlation(problem) < 1.0
+    recorder = run(problem, RandomSearch(problem, seed=0), budget=16 * 10)
+    assert recorder.incumbent() is not None
+
+
+def test_the_swarm_in_the_simulator_climbs_its_real_ladder() -> None:
+    """Real researchers and the real ladder: it spends within budget, stacks winners into new
+    champions and recommends a recipe better than the default."""
+    from bench.search.swarm_method import SwarmMethod
+
+    problem = SyntheticProblem(0.9)
+    method = SwarmMethod(problem, 0)
+    try:
+        trajectory = simulate(problem, method, 300.0, 4)
+        champions = max(method.ladder.champions)
+    finally:
+        method.close()
+    assert trajectory.jobs > 20
+    assert trajectory.points[-1].compute <= 300.0 + 4 * problem.rung_costs[-1]
+    assert champions > 1 and trajectory.final < regret(problem, problem.default)
+
+
+def test_ladder_savings_judges_the_ladder_against_the_truth() -> None:
+    import random
+
+    from bench.search.savings import at_top_tier, pool, through_ladder
+
+    problem = SyntheticProblem(0.7)
+    ideas = pool(problem, 12, random.Random(0))
+    ladder = through_ladder(problem, ideas, {})
+    everything = at_top_tier(problem, ideas)
+    assert 0 < ladder.compute < everything.compute  # the ladder stops losers early
+    assert ladder.held >= 1 and ladder.false_passes == 0
