@@ -50,7 +50,8 @@ from agents.recipe_constants import (
 from bus.champion_store import fingerprint
 
 PREFERRED_MOVE_PROBABILITY = 0.8
-MAX_CANDIDATES_PER_MOVE = 128  # bounds the retries; every move's own supply is finite anyway
+MAX_CANDIDATES_PER_MOVE = 128
+COMBINE_POOL = 48  # near-misses with the largest gains a combiner pairs (1,128 pairs at most)  # bounds the retries; every move's own supply is finite anyway
 EXPLORER_FACTORS = (1.25, 1.5, 2.0)
 PUSH_FRACTIONS = (0.5, 1.0)  # exploiter: a further step, as a share of the idea's own step
 PROMOTED = frozenset({"PROMOTE", "HELD"})
@@ -305,11 +306,16 @@ class HeuristicBrain:
             and f.verdict in NEAR_MISS
             and all(_applies(c, board) for c in f.changes)
         ]
+        # Only the best gains can make the best pairs: pairing every positive finding was
+        # quadratic, and with a few hundred of them it took most of a 100-agent host's time.
+        pool.sort(key=lambda f: _gain(f), reverse=True)
+        pool = pool[:COMBINE_POOL]
+        names = [frozenset(c.name for c in f.changes) for f in pool]
         pairs = [
-            (a, b)
+            (a, pool[j])
             for i, a in enumerate(pool)
-            for b in pool[i + 1 :]
-            if {c.name for c in a.changes}.isdisjoint(c.name for c in b.changes)
+            for j in range(i + 1, len(pool))
+            if names[i].isdisjoint(names[j])
         ]
         pairs.sort(key=lambda p: (_gain(p[0]) + _gain(p[1])) * self._rng.uniform(0.7, 1.0))
         for a, b in reversed(pairs):

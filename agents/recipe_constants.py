@@ -141,8 +141,10 @@ def format_value(value: Value) -> str:
     raise TypeError(f"unsupported constant value {value!r}")
 
 
+@functools.lru_cache(maxsize=16384)
 def parse_value(text: str) -> Value:
-    """The value a `Change.old` / `Change.new` text stands for."""
+    """The value a `Change.old` / `Change.new` text stands for. Cached: every proposal re-reads
+    the changes of every finding, and values are immutable."""
     value = _literal(ast.parse(text, mode="eval").body)
     if value is None:
         raise ValueError(f"not a constant value: {text!r}")

@@ -29,12 +29,28 @@ ROOT = Path(__file__).resolve().parents[1]
 SWARM = Path(sys.executable).parent / "swarm"
 
 
-def run_swarm(workspace: Path, agents: int, seconds: float, trainers: int) -> float:
+def steady_config(folder: Path) -> Path:
+    """The shipped ladder with approval required: top-tier winners are held, not stacked, so
+    the champion stays put, as it does for long stretches of a real swarm."""
+    ladder = folder / "ladder.toml"
+    ladder.write_text("require_approval = true\n" + _without_approval(ROOT / "configs/ladder.toml"))
+    config = folder / "swarm.toml"
+    config.write_text(f'[ladder]\npath = "{ladder}"\n')
+    return config
+
+
+def _without_approval(path: Path) -> str:
+    lines = path.read_text().splitlines()
+    return "\n".join(line for line in lines if not line.startswith("require_approval")) + "\n"
+
+
+def run_swarm(
+    workspace: Path, agents: int, seconds: float, trainers: int, config: Path | None
+) -> float:
     """Run the swarm for `seconds`; the wall time `swarm start` took, stop included."""
-    command = [
-        str(SWARM),
-        "--workspace",
-        str(workspace),
+    command = [str(SWARM), "--workspace", str(workspace)]
+    command += ["--config", str(config)] if config else []
+    command += [
         "start",
         "--target",
         "synthetic",
@@ -108,14 +124,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds left out at start")
     parser.add_argument("--trainers", type=int, default=0, help="0: one per core")
     parser.add_argument("--keep", type=Path, help="keep the workspace here")
+    parser.add_argument(
+        "--steady", action="store_true", help="hold top-tier winners: the champion never moves"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="swarm-capacity-") as tmp:
         workspace = args.keep or Path(tmp) / "ws"
         workspace.parent.mkdir(parents=True, exist_ok=True)
-        wall = run_swarm(workspace, args.agents, args.seconds, args.trainers)
+        config = steady_config(Path(tmp)) if args.steady else None
+        wall = run_swarm(workspace, args.agents, args.seconds, args.trainers, config)
         found = figures(workspace / "ledger.duckdb", args.warmup)
     print(
-        f"capacity: {args.agents} agents, {args.trainers or os.cpu_count()} trainers, "
+        f"capacity{' (steady champion)' if args.steady else ''}: {args.agents} agents, "
+        f"{args.trainers or os.cpu_count()} trainers, "
         f"{args.seconds:g} s (swarm start took {wall:.0f} s), {os.cpu_count()} cores"
     )
     for name, value in found.items():

@@ -101,14 +101,36 @@ class LadderService:
             await self._publish(self.ladder.act())
 
     async def _publish(self, messages: list[Message]) -> None:
+        """In order. Messages between champion changes go out pipelined (all sent, then all
+        acks awaited: one round trip for the lot instead of one each); the connection writes
+        them in call order, so the stream keeps the ladder's order. A champion change is a
+        barrier: its store writes and event go out alone, after everything before it."""
+        batch: list[Message] = []
         for message in messages:
-            while True:
-                try:
-                    await self._publish_one(message)
-                    break
-                except Exception as exc:  # the bus is down or slow: the state already has it
-                    log.warning("publishing %s failed (%s); retrying", message.event_id, exc)
-                    await asyncio.sleep(RETRY_S)
+            if isinstance(message, ChampionChange):
+                await self._pipelined(batch)
+                batch = []
+                await self._publish_until_done(message)
+            else:
+                batch.append(message)
+        await self._pipelined(batch)
+
+    async def _pipelined(self, messages: list[Message]) -> None:
+        outcomes = await asyncio.gather(
+            *(self._publish_one(m) for m in messages), return_exceptions=True
+        )
+        for message, outcome in zip(messages, outcomes, strict=True):
+            if isinstance(outcome, BaseException):  # again, alone (ids make repeats harmless)
+                await self._publish_until_done(message)
+
+    async def _publish_until_done(self, message: Message) -> None:
+        while True:
+            try:
+                await self._publish_one(message)
+                return
+            except Exception as exc:  # the bus is down or slow: the state already has it
+                log.warning("publishing %s failed (%s); retrying", message.event_id, exc)
+                await asyncio.sleep(RETRY_S)
 
     async def _publish_one(self, message: Message) -> None:
         if isinstance(message, RunSpec):

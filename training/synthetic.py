@@ -38,6 +38,7 @@ SHAPE = {
     "HEAD_LR_MULT": (1.0, 0.001),
     "NORM_EPS": (1e-5, 0.0001),
     "LOGIT_SCALE": (1.0, 0.001),
+    **{f"KNOB_{i:02d}": (1.0, 0.0005) for i in range(40)},
 }
 SEED_NOISE = 0.02  # shared by every run on one seed and tier
 OWN_NOISE = 0.005

@@ -66,8 +66,14 @@ def report(problem: Problem, runs: dict[str, list[Trajectory]], budget: float) -
     peers = {k: v for k, v in finals.items() if k != "swarm"}
     if peers:
         best = min(peers, key=lambda k: peers[k])
-        ratio = finals["swarm"] / peers[best] if peers[best] > 0 else float("inf")
-        rows.append(f"  swarm / best peer ({best}): {ratio:.2f}x the final regret")
+        if peers[best] > 0:
+            ratio = finals["swarm"] / peers[best]
+            rows.append(f"  swarm / best peer ({best}): {ratio:.2f}x the final regret")
+        else:
+            rows.append(
+                f"  best peer ({best}) reached the optimum; the swarm's median regret: "
+                f"{finals['swarm']:.4f}"
+            )
     return rows
 
 
