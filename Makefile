@@ -28,6 +28,7 @@ bench:
 bench-long:
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
 	$(PY) bench/capacity.py --agents 100 --seconds 300
+	$(PY) bench/capacity.py --agents 100 --seconds 300 --steady
 	$(PY) -m bench.search --seeds 10
 	$(PY) -m bench.search --seeds 10 --problems synthetic:0.9:4,synthetic:0.3:4
 	$(PY) -m bench.search.savings --pools 20 --ideas 40
@@ -36,3 +37,4 @@ bench-long:
 	$(PY) bench/ledger_bench.py --events 1000000
 	$(PY) bench/training_bench.py --seeds 5
 	$(PY) bench/budget_noise.py --seeds 4
+	rm -rf /tmp/bytelm-bench && $(PY) -m bench.search.bytelm --minutes 15 --out /tmp/bytelm-bench

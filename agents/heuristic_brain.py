@@ -50,8 +50,8 @@ from agents.recipe_constants import (
 from bus.champion_store import fingerprint
 
 PREFERRED_MOVE_PROBABILITY = 0.8
-MAX_CANDIDATES_PER_MOVE = 128
-COMBINE_POOL = 48  # near-misses with the largest gains a combiner pairs (1,128 pairs at most)  # bounds the retries; every move's own supply is finite anyway
+MAX_CANDIDATES_PER_MOVE = 128  # bounds the retries; every move's own supply is finite anyway
+COMBINE_POOL = 48  # near-misses with the largest gains a combiner pairs (1,128 pairs at most)
 EXPLORER_FACTORS = (1.25, 1.5, 2.0)
 PUSH_FRACTIONS = (0.5, 1.0)  # exploiter: a further step, as a share of the idea's own step
 PROMOTED = frozenset({"PROMOTE", "HELD"})

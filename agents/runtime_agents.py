@@ -76,12 +76,16 @@ class HistoryAgent(RoutedAgent):
     async def on_history(
         self, message: Idea | Decision | ChampionChange | RunResult | LlmCall, ctx: MessageContext
     ) -> None:
-        # Folding never awaits, so handlers running concurrently cannot interleave inside it.
+        # Every researcher folds the event before anything awaits, so handlers running
+        # concurrently cannot interleave inside a fold: each sees the events in stream order.
+        freed = []
         for index, researcher in enumerate(self.researchers):
             was_busy = researcher.busy
             researcher.observe(message)
             if was_busy and not researcher.busy:
-                await self.publish_message(Tick(), TopicId(tick_topic(index), SOURCE))
+                freed.append(index)
+        for index in freed:
+            await self.publish_message(Tick(), TopicId(tick_topic(index), SOURCE))
 
 
 class ResearcherAgent(RoutedAgent):

@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from swarm.sql_client import ask_ledger
 from tests.conftest import swarm_cmd, wait_for_async
 from tests.helpers_process import alive, descendants
 from tests.training_helpers import TINY_LADDER, inject, tiny_spec
+from training.synthetic import SyntheticTarget
+from training.trainer import Trainer, TrainerOptions
 
 
 @pytest.fixture
@@ -127,3 +130,31 @@ async def test_killed_trainer_job_is_completed_elsewhere_exactly_once(
             if worker is not None and worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
                 worker.wait(30)
+
+
+async def test_a_trainer_takes_the_highest_tier_first_without_waiting_on_empty_ones(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    """Jobs on tiers 0 and 2 (tier 1 empty): every tier-2 job runs before any tier-0 one."""
+    js = nc.jetstream()
+    specs = [replace(tiny_spec(seed=s), tier=t) for t in (0, 2) for s in range(3)]
+    for tier in (0, 1, 2):
+        await ensure_trainer_consumer(js, tier)
+    for spec in specs:
+        await enqueue_run(js, spec)
+    options = TrainerOptions(
+        (0, 1, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {}, max_concurrent={}
+    )
+    stop = asyncio.Event()
+    serving = asyncio.create_task(Trainer(nc, SyntheticTarget(), options).run(stop))
+    try:
+
+        async def done() -> bool:
+            return len(await rows(nc, "select run_id from runs")) == len(specs)
+
+        await wait_for_async(done, 30, 0.2)
+    finally:
+        stop.set()
+        await serving
+    order = await rows(nc, "select tier from runs order by started_at")
+    assert [r["tier"] for r in order] == [2, 2, 2, 0, 0, 0]

@@ -148,16 +148,20 @@ class Zygote:
             return self._exits.pop(pid)
 
     def _read_forever(self) -> None:
-        for line in self._sock.makefile("rb"):
-            message = json.loads(line)
+        try:
+            for line in self._sock.makefile("rb"):
+                message = json.loads(line)
+                with self._changed:
+                    if "pid" in message:
+                        self._pids.append(message["pid"])
+                    else:
+                        self._exits[message["exit"]] = message["code"]
+                    self._changed.notify_all()
+        except OSError:  # the zygote died (a reset socket): the same as its end of the stream
+            pass
+        finally:  # whoever waits learns now that it is gone, not at their timeout
             with self._changed:
-                if "pid" in message:
-                    self._pids.append(message["pid"])
-                else:
-                    self._exits[message["exit"]] = message["code"]
                 self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
 
     def close(self) -> None:
         self._sock.close()
