@@ -103,7 +103,12 @@ async def publish_event(js: JetStreamContext, message: Message, timeout: float =
 async def enqueue_run(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:
     """Put a RunSpec on its tier's work queue and record it as an event (both keyed by run id,
     so a retried enqueue neither runs twice nor adds a row)."""
+    await enqueue_job(js, spec, timeout)
+    await publish_event(js, spec, timeout)
+
+
+async def enqueue_job(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:
+    """The work-queue half of `enqueue_run`: the job trainers take, keyed by its run id."""
     await js.publish(
         job_subject(spec.tier), encode(spec), timeout=timeout, headers={"Nats-Msg-Id": spec.run_id}
     )
-    await publish_event(js, spec, timeout)

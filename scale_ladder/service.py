@@ -23,7 +23,7 @@ from nats.aio.subscription import Subscription
 
 from bus.champion_store import ChampionStore
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
-from bus.nats_bus import enqueue_run, publish_event
+from bus.nats_bus import enqueue_job, enqueue_run, publish_event
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from scale_ladder.ladder import Ladder, LadderRefusal
@@ -102,9 +102,10 @@ class LadderService:
 
     async def _publish(self, messages: list[Message]) -> None:
         """In order. Messages between champion changes go out pipelined (all sent, then all
-        acks awaited: one round trip for the lot instead of one each); the connection writes
-        them in call order, so the stream keeps the ladder's order. A champion change is a
-        barrier: its store writes and event go out alone, after everything before it."""
+        acks awaited: one round trip for the lot instead of one each): first the RunSpecs' jobs,
+        then every event in the order the ladder made them (the connection writes them in call
+        order, so the stream keeps it). A champion change is a barrier: its store writes and
+        event go out alone, after everything before it."""
         batch: list[Message] = []
         for message in messages:
             if isinstance(message, ChampionChange):
@@ -116,11 +117,18 @@ class LadderService:
         await self._pipelined(batch)
 
     async def _pipelined(self, messages: list[Message]) -> None:
-        outcomes = await asyncio.gather(
-            *(self._publish_one(m) for m in messages), return_exceptions=True
+        specs = [m for m in messages if isinstance(m, RunSpec)]
+        jobs = await asyncio.gather(
+            *(enqueue_job(self.js, s) for s in specs), return_exceptions=True
         )
-        for message, outcome in zip(messages, outcomes, strict=True):
+        for spec, outcome in zip(specs, jobs, strict=True):
             if isinstance(outcome, BaseException):  # again, alone (ids make repeats harmless)
+                await self._publish_until_done(spec)
+        events = await asyncio.gather(
+            *(publish_event(self.js, m) for m in messages), return_exceptions=True
+        )
+        for message, outcome in zip(messages, events, strict=True):
+            if isinstance(outcome, BaseException):
                 await self._publish_until_done(message)
 
     async def _publish_until_done(self, message: Message) -> None:
