@@ -58,7 +58,7 @@ def report(problem: Problem, runs: dict[str, list[Trajectory]], budget: float) -
         quarter = statistics.median(t.regret_at(budget / 4) for t in trajectories)
         half = statistics.median(t.regret_at(budget / 2) for t in trajectories)
         jobs = statistics.mean(t.jobs for t in trajectories)
-        seconds = statistics.mean(getattr(t, "seconds", 0.0) for t in trajectories)
+        seconds = statistics.mean(t.seconds for t in trajectories)
         rows.append(
             f"  {name:22s} {q2:12.4f} [{q1:.4f}, {q3:.4f}]   {quarter:8.4f} {half:8.4f} "
             f"{jobs:6.0f} {seconds:6.2f}"
@@ -93,7 +93,7 @@ def plot(problem: Problem, runs: dict[str, list[Trajectory]], budget: float, out
         walls = [wall_end * i / 100 for i in range(1, 101)]
         axes[1].plot(
             walls,
-            [statistics.median(_regret_at_wall(t, w) for t in trajectories) for w in walls],
+            [statistics.median(t.regret_at_wall(w) for t in trajectories) for w in walls],
             label=name,
         )
     for ax, label in zip(
@@ -111,15 +111,6 @@ def plot(problem: Problem, runs: dict[str, list[Trajectory]], budget: float, out
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _regret_at_wall(trajectory: Trajectory, wall: float) -> float:
-    regret = trajectory.points[0].regret
-    for point in trajectory.points:
-        if point.wall > wall:
-            break
-        regret = point.regret
-    return regret
 
 
 def _slug(name: str) -> str:
@@ -160,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for seed in range(args.seeds):
                 started = time.perf_counter()
                 trajectory = run_one(problem, name, seed, budget, args.workers)
-                trajectory.seconds = time.perf_counter() - started  # type: ignore[attr-defined]
+                trajectory.seconds = time.perf_counter() - started
                 runs[name].append(trajectory)
         print("\n".join(report(problem, runs, budget)))
         print(f"  plot: {plot(problem, runs, budget, args.plots)}")

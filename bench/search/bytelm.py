@@ -29,7 +29,7 @@ import duckdb
 
 from agents.recipe_constants import with_values
 from bench.search.peers import PEERS
-from bench.search.sim import Config, Method, Param
+from bench.search.sim import Config, Job, Method, Param
 from bench.search.swarm_method import config_of, ladder_tiers
 from bus.messages import RunStatus, new_id
 from training.runner import RunLimits
@@ -89,7 +89,7 @@ def run_peer(
     """The method's experiments, `workers` at a time, none started after the deadline."""
     deadline = time.monotonic() + minutes * 60
     per_rung = [0] * len(problem.rung_costs)
-    running: dict[Future[float], object] = {}
+    running: dict[Future[float], Job] = {}
     with ThreadPoolExecutor(workers) as pool:
         while True:
             while time.monotonic() < deadline and len(running) < workers:
@@ -102,8 +102,8 @@ def run_peer(
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 job = running.pop(future)
-                method.tell(job, future.result())  # type: ignore[arg-type]
-                per_rung[job.rung] += 1  # type: ignore[attr-defined]
+                method.tell(job, future.result())
+                per_rung[job.rung] += 1
     return {f"runs at tier {k}": n for k, n in enumerate(per_rung)}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -87,12 +87,20 @@ class Trajectory:
     seed: int
     points: list[Point] = field(default_factory=list)
     jobs: int = 0
+    seconds: float = 0.0  # real time the simulation took
 
     def regret_at(self, compute: float) -> float:
         """The regret once `compute` was charged (the last point at or before it)."""
+        return self._regret_when(lambda point: point.compute > compute)
+
+    def regret_at_wall(self, wall: float) -> float:
+        """The regret at simulated time `wall` (the last point at or before it)."""
+        return self._regret_when(lambda point: point.wall > wall)
+
+    def _regret_when(self, after: Callable[[Point], bool]) -> float:
         best = self.points[0].regret if self.points else float("nan")
-        for point in self.points:
-            if point.compute > compute:
+        for point in self.points:  # compute and wall both only grow along the points
+            if after(point):
                 break
             best = point.regret
         return best
