@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 from bench.search.problems import SyntheticProblem
 from bench.search.sim import Config, Problem, Value
-from bench.search.swarm_method import EDITABLE, config_of, ladder_tiers, recipe
-from bus.messages import Decision, Idea, RunResult, RunSpec, RunStatus, Verdict
-from scale_ladder.admission import patched_source
+from bench.search.swarm_method import EDITABLE, ladder_tiers, recipe, spec_config, spec_result
+from bus.messages import Decision, Idea, RunSpec, RunStatus, Verdict
 from scale_ladder.ladder import Ladder
 from training.patching import make_patch
 
@@ -90,19 +89,9 @@ def through_ladder(problem: Problem, ideas: Sequence[Config], rule: Mapping[str,
     compute = 0.0
     while queue:
         spec = queue.popleft()
-        source = patched_source(base, spec.patch, EDITABLE) if spec.patch else base
-        loss = problem.evaluate(config_of(problem.params, source), spec.tier, spec.seed)
+        loss = problem.evaluate(spec_config(ladder, problem.params, spec), spec.tier, spec.seed)
         compute += problem.rung_costs[spec.tier]
-        result = RunResult(
-            spec.run_id,
-            spec.tier,
-            spec.seed,
-            spec.champion_version,
-            RunStatus.OK,
-            idea_id=spec.idea_id,
-            metric=loss,
-        )
-        ladder.observe(result)
+        ladder.observe(spec_result(spec, RunStatus.OK, loss))
         feed(list(ladder.act()))
     return _judge(problem, by_id, compute, held, gains)
 

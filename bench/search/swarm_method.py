@@ -62,6 +62,25 @@ def config_of(params: Sequence[Param], source: str) -> dict[str, Value]:
     return config
 
 
+def spec_config(ladder: Ladder, params: Sequence[Param], spec: RunSpec) -> dict[str, Value]:
+    """The configuration a RunSpec runs: its champion's recipe with its patch applied."""
+    base = ladder.champions[spec.champion_version].source
+    return config_of(params, patched_source(base, spec.patch, EDITABLE) if spec.patch else base)
+
+
+def spec_result(spec: RunSpec, status: RunStatus, metric: float | None) -> RunResult:
+    """What a trainer would report for `spec`."""
+    return RunResult(
+        spec.run_id,
+        spec.tier,
+        spec.seed,
+        spec.champion_version,
+        status,
+        idea_id=spec.idea_id,
+        metric=metric,
+    )
+
+
 def ladder_tiers(rule: Mapping[str, float] | None = None) -> list[Tier]:
     """The shipped ladder's tiers, with some promotion-rule fields overridden (for sweeps)."""
     tiers = load_ladder(LADDER).tiers
@@ -127,9 +146,7 @@ class SwarmMethod:
                 self.skipped += 1
                 self._result(spec, RunStatus.SKIPPED, None)
                 continue
-            base = self.ladder.champions[spec.champion_version].source
-            source = patched_source(base, spec.patch, EDITABLE) if spec.patch else base
-            config = config_of(self.problem.params, source)
+            config = spec_config(self.ladder, self.problem.params, spec)
             cost = self.problem.rung_costs[spec.tier]
             return Job(config, spec.tier, spec.seed, cost, key=spec)
 
@@ -168,16 +185,7 @@ class SwarmMethod:
         return False
 
     def _result(self, spec: RunSpec, status: RunStatus, metric: float | None) -> None:
-        result = RunResult(
-            spec.run_id,
-            spec.tier,
-            spec.seed,
-            spec.champion_version,
-            status,
-            idea_id=spec.idea_id,
-            metric=metric,
-        )
-        self._share([result])
+        self._share([spec_result(spec, status, metric)])
 
     def _share(self, messages: Iterable[Message]) -> None:
         """Every part sees every message, and the ladder acts on what it saw, until quiet.
