@@ -39,6 +39,7 @@ from agents.runtime_agents import (
     HistoryAgent,
     MetaHostAgent,
     MetaTick,
+    QuietRuntime,
     ResearcherAgent,
     Tick,
     tick_topic,
@@ -145,7 +146,7 @@ def _settings(
 
 async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> list[Researcher]:
     js = nc.jetstream()
-    runtime = SingleThreadedAgentRuntime()
+    runtime = QuietRuntime()
     team = make_team(options)
     try:
         for i, researcher in enumerate(team.researchers):

@@ -45,6 +45,7 @@ class BusConfig:
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
     batch_size: int = 2000
+    commit_interval_s: float = 0.05
     snapshot_interval_s: float = 5.0
     sql_row_cap: int = 10_000
     sql_timeout_s: float = 10.0
@@ -162,6 +163,7 @@ NONNEGATIVE = {
     "llm.max_usd",
     "llm.max_usd_per_agent",
     "llm.max_retries",
+    "ledger.commit_interval_s",
     "llm.cooldown_s",
 }
 

@@ -23,6 +23,7 @@ def ledger_options(config: SwarmConfig, workspace: Workspace) -> LedgerOptions:
         db_path=workspace.ledger_path,
         snapshot_dir=workspace.snapshot_dir,
         batch_size=config.ledger.batch_size,
+        commit_interval_s=config.ledger.commit_interval_s,
         snapshot_interval_s=config.ledger.snapshot_interval_s,
         sql_row_cap=config.ledger.sql_row_cap,
         sql_timeout_s=config.ledger.sql_timeout_s,

@@ -21,6 +21,7 @@ from agents.runtime_agents import (
     SOURCE,
     TICKS,
     HistoryAgent,
+    QuietRuntime,
     ResearcherAgent,
     Tick,
     tick_topic,
@@ -41,7 +42,7 @@ class Outbox(RoutedAgent):
 
 
 async def test_a_decision_frees_its_author_who_proposes_at_once() -> None:
-    runtime = SingleThreadedAgentRuntime()
+    runtime = QuietRuntime()
     researchers = [
         Researcher(
             f"r{i}", OfflineBrain(HeuristicBrain(Persona.EXPLORER, i)), "recipe.py", "bytelm", 1, 2
@@ -77,3 +78,10 @@ async def test_a_decision_frees_its_author_who_proposes_at_once() -> None:
     assert [i.author for i in ideas][2:] == ["r0"]  # only the freed one, and without a Tick
     assert all(first.idea_id in r.findings for r in researchers)
     assert researchers[0].findings[first.idea_id].verdict == "REJECT"
+
+
+def test_the_quiet_runtime_overrides_a_method_the_runtime_still_has() -> None:
+    # QuietRuntime replaces a private method; an autogen-core that renames it must fail here,
+    # not silently bring the per-delivery serialisation back.
+    assert callable(SingleThreadedAgentRuntime.__dict__["_create_otel_attributes"])
+    assert "_create_otel_attributes" in QuietRuntime.__dict__
