@@ -106,6 +106,8 @@ class EmbeddedNatsServer:
         self.max_payload = max_payload
         self.token = token or secrets.token_urlsafe(32)
         self.url = ""
+        self.port = -1  # the server picks one at first start; a restart keeps it
+        self.restarts = 0
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -115,6 +117,17 @@ class EmbeddedNatsServer:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def restart(self, timeout_s: float = 10.0) -> str:
+        """Start again after the server died, on the same port, token and JetStream store:
+        clients reconnect to the URL they know and the streams recover from the store."""
+        self.stop()
+        self.restarts += 1
+        return self.start(timeout_s)
 
     def start(self, timeout_s: float = 10.0) -> str:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -138,13 +151,14 @@ class EmbeddedNatsServer:
             log_file.close()
         self.pid_file.write_text(f"{self._process.pid}\n")
         self.url = self._wait_for_url(timeout_s)
+        self.port = int(self.url.rpartition(":")[2])
         return self.url
 
     def _config_text(self) -> str:
         # JSON strings are valid NATS config strings and escape paths safely.
         return "\n".join(
             [
-                "listen: 127.0.0.1:-1",
+                f"listen: 127.0.0.1:{self.port}",
                 f"max_payload: {self.max_payload}",
                 f"authorization {{ token: {json.dumps(self.token)} }}",
                 f"jetstream {{ store_dir: {json.dumps(str(self.store_dir))} }}",

@@ -75,18 +75,22 @@ class LedgerStore:
     def close(self) -> None:
         self.con.close()
 
-    def write_batch(self, messages: Sequence[Message]) -> list[DeadLetter]:
-        """Store all messages in one transaction. If the batch fails on bad data, store the good
-        ones one by one and return a dead letter for each that cannot be stored."""
+    def write_batch(
+        self, messages: Sequence[Message], seqs: Sequence[int | None] = ()
+    ) -> list[DeadLetter]:
+        """Store all messages in one transaction, each with its stream sequence if known (`seqs`,
+        parallel to `messages`). If the batch fails on bad data, store the good ones one by one
+        and return a dead letter for each that cannot be stored."""
+        numbered = list(zip(messages, seqs or [None] * len(messages), strict=True))
         try:
-            self._write(messages)
+            self._write(numbered)
             return []
         except ROW_ERRORS as exc:
             log.warning("batch of %d failed (%s); storing one by one", len(messages), exc)
         refused: list[DeadLetter] = []
-        for message in messages:
+        for message, seq in numbered:
             try:
-                self._write([message])
+                self._write([(message, seq)])
             except ROW_ERRORS as exc:
                 raw = json.dumps(_row(message, TABLES[message.KIND].columns), default=str)
                 key = f"{message.KIND}-{message.event_id}"
@@ -94,14 +98,14 @@ class LedgerStore:
                 reason = f"cannot store: {exc}"
                 refused.append(dead_letter(subject, raw.encode(), reason, "ledger", key=key))
         if refused:
-            self._write(refused)
+            self._write([(letter, None) for letter in refused])
         return refused
 
-    def _write(self, messages: Iterable[Message]) -> None:
-        by_kind: dict[str, dict[str, Message]] = {}
-        for message in messages:
+    def _write(self, messages: Iterable[tuple[Message, int | None]]) -> None:
+        by_kind: dict[str, dict[str, tuple[Message, int | None]]] = {}
+        for message, seq in messages:
             # Keep the first copy of an id within a batch: later copies are redeliveries.
-            by_kind.setdefault(message.KIND, {}).setdefault(message.event_id, message)
+            by_kind.setdefault(message.KIND, {}).setdefault(message.event_id, (message, seq))
         ingested_at = int(time.time() * 1e6)
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -180,9 +184,12 @@ def _row(message: Message, columns: Sequence[Column]) -> dict[str, Any]:
     return {c.name: _cell(c, getattr(message, c.name)) for c in columns}
 
 
-def _arrow_batch(table: Table, messages: Iterable[Message], ingested_at: int) -> pa.Table:
+def _arrow_batch(
+    table: Table, numbered: Iterable[tuple[Message, int | None]], ingested_at: int
+) -> pa.Table:
     """Column by column: one list per column is several times faster than one dict per row."""
-    batch = list(messages)
+    pairs = list(numbered)
+    batch = [message for message, _ in pairs]
     columns: dict[str, list[Any]] = {}
     for column in table.columns:
         values = [getattr(m, column.name) for m in batch]
@@ -191,4 +198,5 @@ def _arrow_batch(table: Table, messages: Iterable[Message], ingested_at: int) ->
         else:
             columns[column.name] = [_cell(column, v) for v in values]
     columns["ingested_at"] = [ingested_at] * len(batch)
+    columns["stream_seq"] = [seq for _, seq in pairs]
     return pa.Table.from_pydict(columns, schema=table.arrow_schema())

@@ -52,12 +52,14 @@ class Table:
     def ddl(self) -> str:
         cols = [f"    {c.name} {c.sql_type}" for c in self.columns]
         cols.append("    ingested_at TIMESTAMP")
+        cols.append("    stream_seq BIGINT")
         body = ",\n".join([*cols, f"    PRIMARY KEY ({self.key})"])
         return f"CREATE TABLE IF NOT EXISTS {self.name} (\n{body}\n);"
 
     def arrow_schema(self) -> pa.Schema:
         fields = [pa.field(c.name, c.arrow_type) for c in self.columns]
-        return pa.schema([*fields, pa.field("ingested_at", pa.timestamp("us"))])
+        extra = [pa.field("ingested_at", pa.timestamp("us")), pa.field("stream_seq", pa.int64())]
+        return pa.schema([*fields, *extra])
 
 
 def _column(name: str, hint: Any) -> Column:
@@ -259,6 +261,10 @@ def run_stats_upsert(source: str) -> str:
 
 def ddl() -> list[str]:
     statements = [t.ddl() for t in TABLES.values()] + [RUN_STATS_DDL]
+    # Ledgers made before stream_seq existed gain the column (empty for their old rows).
+    statements += [
+        f"ALTER TABLE {t.name} ADD COLUMN IF NOT EXISTS stream_seq BIGINT;" for t in TABLES.values()
+    ]
     statements += [
         f"CREATE OR REPLACE VIEW {name} AS {sql.strip()};" for name, sql in VIEWS.items()
     ]

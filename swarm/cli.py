@@ -18,7 +18,7 @@ from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import event_loop, people
 from swarm.config import ConfigError, SwarmConfig, check_brains, load_config, with_overrides
-from swarm.ladder_process import run_ladder
+from swarm.ladder_process import make_ladder, run_ladder
 from swarm.ledger_process import SwarmNotRunning, run_ledger
 from swarm.output import FORMATS, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
@@ -47,6 +47,7 @@ examples:
   swarm champion export --out best.py           the current champion recipe
   swarm champion revert 2                       make v2's recipe the champion again
   swarm report                                  progress.png and report.html in the workspace
+  swarm audit                                   check a stopped swarm's ledger: lost, duplicated
   swarm run --tier 0 --target command --edit train.py --run "python train.py" --metric val_loss
 
 The ledger's tables and views are documented in README.md (section "The ledger").
@@ -133,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write the progress plot and the HTML report")
     report.add_argument("--out", type=Path, help="folder (default: <workspace>/reports)")
+
+    audit = commands.add_parser(
+        "audit", help="check a stopped swarm's ledger for lost or duplicated records"
+    )
+    audit.add_argument(
+        "--drained",
+        action="store_true",
+        help="it stopped with nothing in flight: count unfinished runs and work a replayed "
+        "ladder would still do as problems",
+    )
 
     commands.add_parser("ledger", help="(internal) run the ledger process; started by `start`")
     commands.add_parser("ladder", help="(internal) run the ladder process; started by `start`")
@@ -270,6 +281,10 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         print(await _people(args, config, workspace))
     elif args.command == "status":
         await _status(config, workspace)
+    elif args.command == "audit":
+        if args.config is None and (workspace.run_dir / "swarm.toml").exists():
+            config = load_config(workspace.run_dir / "swarm.toml")  # the one it last ran with
+        return _audit(config, workspace, args.drained)
     elif args.command == "sql":
         await _sql(args, config, workspace)
     elif args.command == "run":
@@ -337,6 +352,21 @@ async def _status(config: SwarmConfig, workspace: Workspace) -> None:
     counts = counts_from(read_file(workspace, config, COUNTS_SQL))
     print(f"swarm: stopped, workspace {workspace.root}")
     print(" ".join(f"{name}={n}" for name, n in counts.items()))
+
+
+def _audit(config: SwarmConfig, workspace: Workspace, drained: bool) -> int:
+    from swarm.audit import audit_ledger
+
+    if workspace.is_running():
+        raise SwarmError(f"a swarm is running on {workspace.root}: stop it, then audit")
+    if not workspace.ledger_path.exists():
+        raise SwarmError(f"no ledger in {workspace.root}: no swarm has run there")
+    report = audit_ledger(workspace.ledger_path, make_ladder(config))
+    print(report.summary())
+    problems = report.problems(drained)
+    for problem in problems:
+        print(f"  {problem}")
+    return 1 if problems else 0
 
 
 async def _sql(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> None:

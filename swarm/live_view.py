@@ -199,7 +199,7 @@ async def gather_snapshot(
     problems = [_problem(a) for a in (consumers, *answers) if isinstance(a, BaseException)]
     if problems:  # show what did answer: the queues survive a ledger restart
         queues = tuple(TierQueue(t, *held[t]) for t in sorted(held))
-        return replace(base, queues=queues, error="; ".join(problems))
+        return replace(base, queues=queues, error="; ".join(dict.fromkeys(problems)))  # unique
     tables = [cast(Answer, a).table.to_pylist() for a in answers]
     totals, agents, experiments, leaderboard, lineage = tables
     tiers = sorted(set(held) | {int(r["name"]) for r in totals if r["what"] == "tiers"})

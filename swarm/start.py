@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from rich.console import Console
 
-from bus.embedded_server import EmbeddedNatsServer, write_private
+from bus.embedded_server import EmbeddedNatsServer, NatsServerError, write_private
 from bus.nats_bus import BusSettings, connect
 from bus.subjects import ensure_streams
 from swarm.config import SwarmConfig, dump_config
@@ -127,6 +127,8 @@ async def start_swarm(
             )
             async with asyncio.TaskGroup() as group:
                 keepers = [group.create_task(child.keep_alive()) for child in children]
+                if server is not None:
+                    keepers.append(group.create_task(_keep_server_alive(server)))
                 reporter = group.create_task(_report(nc, config, out, stop, minutes))
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline)
@@ -160,6 +162,20 @@ async def _farewell(config: SwarmConfig, workspace: Workspace, out: TextIO) -> N
     except Exception as exc:  # the swarm itself stopped cleanly; say what the summary lacks
         log.exception("summary failed")
         print(f"swarm: could not write the summary or report: {exc}", file=out, flush=True)
+
+
+async def _keep_server_alive(server: EmbeddedNatsServer, poll_s: float = 0.5) -> None:
+    """Restart the embedded nats-server whenever it dies (same port, token and store), as the
+    children are: every client reconnects by itself, and JetStream recovers from its store."""
+    while True:
+        await asyncio.sleep(poll_s)
+        if server.alive:
+            continue
+        log.warning("nats-server died; restarting it on port %d", server.port)
+        try:
+            await asyncio.to_thread(server.restart)
+        except NatsServerError as exc:  # e.g. its port was taken meanwhile: try again
+            log.error("could not restart nats-server: %s", exc)
 
 
 def trainer_count(config: SwarmConfig) -> int:

@@ -1,0 +1,157 @@
+"""`swarm audit`: check a stopped swarm's ledger for lost, duplicated and inconsistent records.
+
+Primary keys already make a redelivered event one row. What they cannot catch, and this does:
+- **unfinished**: RunSpecs with no RunResult (lost, unless the swarm stopped with work queued);
+- **orphans**: RunResults of no RunSpec;
+- **duplicated experiments**: the same experiment (idea or baseline, champion version, tier,
+  seed) asked for twice, or two successful results of it (a restarted ladder that forgot what it
+  asked for would do this);
+- **duplicated decisions**: two rule verdicts closing the same idea at the same tier and version;
+- **lineage**: champion versions 1..N without gaps, each one's parent the version before it, its
+  sha that of its source, each stacked one an idea the rules promoted at the top tier;
+- **replay**: a fresh ladder folding the ledger's events must hold the same champion, and, on a
+  swarm that stopped with nothing in flight, find nothing left to do (the live ladder saw and
+  acted on everything the ledger holds).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bus.champion_store import recipe_sha
+from bus.messages import (
+    ChampionChange,
+    ChangeKind,
+    Decision,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    Verdict,
+)
+from ledger.duckdb_store import open_database
+from ledger.readback import KIND_ORDER, read_messages
+from scale_ladder.ladder import Ladder
+
+# Verdicts that close an idea at a tier (RETEST asks for more seeds; HELD waits for a person).
+CLOSING = frozenset({Verdict.PROMOTE, Verdict.REJECT, Verdict.STALE, Verdict.REFUSED})
+
+
+@dataclass
+class Audit:
+    run_specs: int = 0
+    run_results: int = 0
+    decisions: int = 0
+    champion_version: int = 0
+    unfinished: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    lineage: list[str] = field(default_factory=list)
+    replay: list[str] = field(default_factory=list)
+    left_to_do: list[str] = field(default_factory=list)  # what a replayed ladder would still do
+
+    def problems(self, drained: bool) -> list[str]:
+        """Everything wrong. Work left to do is wrong only if the swarm was drained (stopped with
+        nothing in flight): otherwise it is what the swarm was doing when it stopped."""
+        orphans = [f"result of no RunSpec: {r}" for r in self.orphans]
+        left = [f"unfinished run {r}" for r in self.unfinished] + self.left_to_do
+        return [*orphans, *self.duplicated, *self.lineage, *self.replay, *(left if drained else [])]
+
+    def summary(self) -> str:
+        return (
+            f"run_specs {self.run_specs}  run_results {self.run_results}  "
+            f"decisions {self.decisions}  champion v{self.champion_version}  "
+            f"unfinished {len(self.unfinished)}  orphans {len(self.orphans)}  "
+            f"duplicated {len(self.duplicated)}  lineage problems {len(self.lineage)}  "
+            f"replay differences {len(self.replay)}  left to do {len(self.left_to_do)}"
+        )
+
+
+def audit_ledger(db_path: Path, ladder: Ladder) -> Audit:
+    """Read the ledger file (read-only; the swarm must be stopped) and check it. `ladder` is a
+    fresh ladder built from the config the swarm ran with."""
+    con = open_database(db_path, read_only=True)
+    try:
+        messages = read_messages(con, KIND_ORDER)
+    finally:
+        con.close()
+    specs = [m for m in messages if isinstance(m, RunSpec)]
+    results = [m for m in messages if isinstance(m, RunResult)]
+    decisions = [m for m in messages if isinstance(m, Decision)]
+    champions = [m for m in messages if isinstance(m, ChampionChange)]
+    report = Audit(len(specs), len(results), len(decisions))
+    report.champion_version = max((c.version for c in champions), default=0)
+    _check_runs(report, specs, results)
+    _check_decisions(report, decisions)
+    _check_lineage(report, champions, decisions, ladder.top)
+    _check_replay(report, messages, ladder, champions)
+    return report
+
+
+def _check_runs(report: Audit, specs: list[RunSpec], results: list[RunResult]) -> None:
+    spec_ids = {s.run_id for s in specs}
+    result_ids = {r.run_id for r in results}
+    report.unfinished = sorted(spec_ids - result_ids)
+    report.orphans = sorted(result_ids - spec_ids)
+    asked = Counter((s.idea_id, s.champion_version, s.tier, s.seed) for s in specs if s.idea_id)
+    ok = Counter(
+        (r.idea_id, r.champion_version, r.tier, r.seed) for r in results if r.status is RunStatus.OK
+    )
+    for key in sorted(asked.keys() | ok.keys()):
+        if asked[key] > 1 or ok[key] > 1:
+            who = key[0] or "the champion"
+            report.duplicated.append(
+                f"{who} at v{key[1]} tier {key[2]} seed {key[3]}: asked for {asked[key]}x, "
+                f"{ok[key]} successful results"
+            )
+
+
+def _check_decisions(report: Audit, decisions: list[Decision]) -> None:
+    closing = Counter(
+        (d.idea_id, d.tier, d.champion_version)
+        for d in decisions
+        if d.decided_by == "ladder" and d.verdict in CLOSING
+    )
+    for (idea, tier, version), n in sorted(closing.items()):
+        if n > 1:
+            report.duplicated.append(f"{idea} closed {n}x at tier {tier} on v{version}")
+
+
+def _check_lineage(
+    report: Audit, champions: list[ChampionChange], decisions: list[Decision], top: int
+) -> None:
+    by_version = {c.version: c for c in champions}
+    promoted = {d.idea_id for d in decisions if d.tier == top and d.verdict is Verdict.PROMOTE}
+    for version in range(1, report.champion_version + 1):
+        change = by_version.get(version)
+        if change is None:
+            report.lineage.append(f"champion v{version} is missing")
+            continue
+        if change.parent_version != version - 1:
+            report.lineage.append(
+                f"champion v{version}'s parent is v{change.parent_version}, not v{version - 1}"
+            )
+        if change.recipe_sha != recipe_sha(change.source):
+            report.lineage.append(f"champion v{version}'s sha does not match its source")
+        if change.kind is ChangeKind.STACK and change.idea_id not in promoted:
+            report.lineage.append(
+                f"champion v{version} stacks {change.idea_id}, never promoted at the top tier"
+            )
+
+
+def _check_replay(
+    report: Audit, messages: list[Message], ladder: Ladder, champions: list[ChampionChange]
+) -> None:
+    if not champions:
+        return  # the ladder never started: nothing to replay
+    for message in messages:
+        ladder.observe(message)
+    if ladder.current != report.champion_version:
+        report.replay.append(
+            f"a replay holds champion v{ladder.current}, the ledger v{report.champion_version}"
+        )
+    pending: Counter[str] = Counter(type(m).__name__ for m in ladder.act())
+    for kind, n in sorted(pending.items()):
+        report.left_to_do.append(f"a replay of the ledger would still publish {n} {kind}(s)")
