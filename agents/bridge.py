@@ -40,7 +40,9 @@ class NatsBridge:
             self.caught_up.set()
 
     async def _forward(self, message: Message | None, seq: int) -> None:
-        if message is not None:
+        # The replay decodes by subject; a message of another kind sent on a bridged subject
+        # (the ledger dead-letters it) must not reach researchers that never expect its type.
+        if message is not None and message.KIND in BRIDGED_KINDS:
             await self.runtime.publish_message(message, TopicId(FINDINGS, SOURCE))
             self.forwarded += 1
         if self._replay is not None and self._replay.caught_up(seq):

@@ -1,8 +1,10 @@
 """JSON codec for bus messages: an envelope `{"kind", "v", "data"}` checked field by field.
 
 Decoding never trusts the sender. Anything wrong — not JSON, too big, unknown kind or schema
-version, a missing, unknown or mistyped field — raises `CodecError` with a reason a person can
-read; consumers turn that into a dead letter instead of crashing.
+version, a missing, unknown or mistyped field, an integer beyond 64 bits (the ledger's BIGINT), a
+lone surrogate (not Unicode: no store or file can hold it), nesting deeper than MAX_NESTING —
+raises `CodecError` with a reason a person can read (and short, whatever the sender sent);
+consumers turn that into a dead letter instead of crashing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import enum
 import json
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -19,6 +22,12 @@ from typing import Any, TypeVar, cast
 from bus.messages import MESSAGE_TYPES, SCHEMA_VERSION, Message
 
 DEFAULT_MAX_BYTES = 1024 * 1024
+# Free-form values (`dict[str, Any]` fields) nest at most this deep: deeper JSON parses, but
+# re-encoding it (the ledger stores it as JSON text) can hit Python's recursion limit.
+MAX_NESTING = 64
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# How much of a sender's value a reason quotes.
+QUOTE_CHARS = 40
 M = TypeVar("M", bound=Message)
 
 
@@ -49,20 +58,27 @@ def decode(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
         raise CodecError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise CodecError("not JSON: nested too deeply") from None
+    except CodecError:  # NaN or Infinity (`_refuse_constant`)
+        raise
+    except ValueError as exc:  # a number of more than 4300 digits (Python's int parsing limit)
+        raise CodecError(f"not JSON: {str(exc).split(';')[0]}") from None
     if not isinstance(envelope, dict):
         raise CodecError(f"envelope must be a JSON object, got {type(envelope).__name__}")
     extra = set(envelope) - {"kind", "v", "data"}
     if extra:
-        raise CodecError(f"unknown envelope keys: {sorted(extra)}")
+        raise CodecError(f"unknown envelope keys: {_names(extra)}")
     kind, version, data = envelope.get("kind"), envelope.get("v"), envelope.get("data")
-    if kind not in MESSAGE_TYPES:
-        raise CodecError(f"unknown message kind {kind!r}; known: {sorted(MESSAGE_TYPES)}")
-    if version != SCHEMA_VERSION:
+    if not isinstance(kind, str) or kind not in MESSAGE_TYPES:
+        raise CodecError(f"unknown message kind {_quote(kind)}; known: {sorted(MESSAGE_TYPES)}")
+    if type(version) is not int or version != SCHEMA_VERSION:  # not 1.0, not true
         raise CodecError(
-            f"unsupported schema version {version!r} for {kind}; this build reads v{SCHEMA_VERSION}"
+            f"unsupported schema version {_quote(version)} for {kind}; "
+            f"this build reads v{SCHEMA_VERSION}"
         )
     if not isinstance(data, dict):
         raise CodecError(f"{kind}.data must be a JSON object, got {type(data).__name__}")
+    if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: an emoji's pair, or a lone one
+        _refuse_lone_surrogates(kind, data)
     return _build(MESSAGE_TYPES[kind], data)
 
 
@@ -76,6 +92,18 @@ def decode_as(raw: bytes, expected: type[M], max_bytes: int = DEFAULT_MAX_BYTES)
 
 def _refuse_constant(name: str) -> float:
     raise CodecError(f"non-finite number {name} is not allowed")
+
+
+def _refuse_lone_surrogates(kind: str, data: dict[str, Any]) -> None:
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        where = exc.object[max(0, exc.start - 20) : exc.start]
+        raise CodecError(
+            f"{kind}: not Unicode text: a lone surrogate {exc.object[exc.start]!r} after {where!r}"
+        ) from None
+    except RecursionError:  # pragma: no cover - the parser refuses deeper nesting first
+        raise CodecError(f"{kind}: nested too deeply") from None
 
 
 _JSON = json.JSONDecoder(parse_constant=_refuse_constant)
@@ -103,8 +131,12 @@ def _field_specs(cls: type[Message]) -> tuple[_FieldSpec, ...]:
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         hint = hints[f.name]
-        # A float|None field is exact for floats too: None and ints take the slow path.
-        plain = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+        # A float|None field is exact for floats too: None and ints take the slow path. Only a
+        # union's arguments count: dict[str, int]'s are its key and value types, and a plain
+        # string is no dict.
+        plain = hint
+        if typing.get_origin(hint) in (types.UnionType, typing.Union):
+            plain = next(a for a in typing.get_args(hint) if a is not type(None))
         exact = plain if plain in (str, int, bool, float) else None
         specs.append(_FieldSpec(f.name, hint, required, exact))
     return tuple(specs)
@@ -121,7 +153,7 @@ _CONVERTED = {
 
 def _build(cls: type[Message], data: dict[str, Any]) -> Message:
     if not data.keys() <= _NAMES[cls.KIND]:
-        raise CodecError(f"{cls.KIND}: unknown fields {sorted(set(data) - _NAMES[cls.KIND])}")
+        raise CodecError(f"{cls.KIND}: unknown fields {_names(set(data) - _NAMES[cls.KIND])}")
     kwargs: dict[str, Any] = {}
     for spec in _SPECS[cls.KIND]:
         if spec.name not in data:
@@ -129,8 +161,15 @@ def _build(cls: type[Message], data: dict[str, Any]) -> Message:
                 raise CodecError(f"{cls.KIND}: missing field {spec.name!r}")
             continue
         value: Any = data[spec.name]
-        if type(value) is spec.exact and (
-            spec.exact is not float or math.isfinite(cast(float, value))
+        exact = spec.exact
+        if type(value) is exact and (
+            exact is str
+            or exact is bool
+            or (
+                INT64_MIN <= cast(int, value) <= INT64_MAX
+                if exact is int
+                else math.isfinite(cast(float, value))
+            )
         ):
             kwargs[spec.name] = value
         else:
@@ -153,22 +192,30 @@ def _check(where: str, hint: Any, value: Any) -> Any:
             return None
         raise CodecError(f"{where}: expected null, got {_describe(value)}")
     if hint is Any:
+        if _too_deep(value, MAX_NESTING):
+            raise CodecError(f"{where}: nested deeper than {MAX_NESTING} levels")
         return value
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         try:
             return hint(value)
         except ValueError:
             choices = [m.value for m in hint]
-            raise CodecError(f"{where}: {value!r} is not one of {choices}") from None
+            raise CodecError(f"{where}: {_quote(value)} is not one of {choices}") from None
     if hint is bool:
         if isinstance(value, bool):
             return value
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            if INT64_MIN <= value <= INT64_MAX:
+                return value
+            raise CodecError(f"{where}: {_describe(value)} is beyond 64 bits")
     elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) <= _FLOAT_INT_MAX:  # larger ints do not convert to a float
+                return float(value)
+            raise CodecError(f"{where}: {_describe(value)} is beyond a float's range")
+        if isinstance(value, float) and math.isfinite(value):
+            return value
     elif hint is str:
         if isinstance(value, str):
             return value
@@ -185,6 +232,31 @@ def _check(where: str, hint: Any, value: Any) -> Any:
     raise CodecError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {_describe(value)}")
 
 
-def _describe(value: Any) -> str:
+_FLOAT_INT_MAX = int(sys.float_info.max)
+
+
+def _too_deep(value: Any, levels: int) -> bool:
+    if isinstance(value, dict):
+        children: Any = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return False
+    return levels <= 0 or any(_too_deep(child, levels - 1) for child in children)
+
+
+def _quote(value: Any) -> str:
+    """A sender's value for a reason: its start only, whatever its size."""
+    if isinstance(value, str) and len(value) > QUOTE_CHARS:
+        return f"{value[:QUOTE_CHARS]!r}… ({len(value)} chars)"
     text = repr(value)
-    return f"{type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}"
+    return text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}…"
+
+
+def _names(names: set[str]) -> str:
+    shown = [_quote(name) for name in sorted(names)[:10]]
+    return "[" + ", ".join(shown) + (", …" if len(names) > 10 else "") + "]"
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {_quote(value)}"

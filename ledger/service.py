@@ -21,6 +21,8 @@ from bus.codec import CodecError, decode
 from bus.dead_letters import dead_letter
 from bus.messages import Message
 from bus.subjects import (
+    EVENTS_STREAM,
+    LEDGER_CONSUMER,
     LEDGER_DELIVER_SUBJECT,
     LEDGER_MAX_ACK_PENDING,
     PREFIX,
@@ -30,9 +32,19 @@ from bus.subjects import (
 )
 from ledger.duckdb_store import LedgerStore
 from ledger.sql_gate import SqlRefused, run_query
-from ledger.sql_protocol import SqlError, SqlRequest, error_headers, ok_headers, table_to_ipc
+from ledger.sql_protocol import (
+    SqlError,
+    SqlRequest,
+    error_headers,
+    error_text,
+    ok_headers,
+    table_to_ipc,
+)
 
 log = logging.getLogger(__name__)
+
+# Snapshots wait at least this many times as long as the last one took.
+SNAPSHOT_SHARE = 10.0
 
 # Room left in a reply for headers and framing when fitting an Arrow payload under max_payload.
 REPLY_HEADROOM_BYTES = 4096
@@ -118,8 +130,9 @@ class LedgerService:
     async def ingest(self, batch: list[Msg]) -> None:
         """Decode, commit, then ack. Undecodable events are committed as dead letters."""
         messages = [self._decode_or_dead_letter(msg) for msg in batch]
+        seqs = [_stream_seq(msg) for msg in batch]
         loop = asyncio.get_running_loop()
-        refused = await loop.run_in_executor(self._writer, self.store.write_batch, messages)
+        refused = await loop.run_in_executor(self._writer, self.store.write_batch, messages, seqs)
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
         for msg in batch:
@@ -128,9 +141,11 @@ class LedgerService:
         self.ingested += len(batch)
 
     def _decode_or_dead_letter(self, msg: Msg) -> Message:
-        if not (msg.reply or "").startswith("$JS.ACK."):
+        seq = _stream_seq(msg)
+        if seq is None:
             # Not from the stream (someone published to the deliver subject): keep it anyway.
-            return dead_letter(msg.subject, msg.data, "not a JetStream delivery", "ledger")
+            reason = "not a JetStream delivery of the event stream"
+            return dead_letter(msg.subject, msg.data, reason, "ledger")
         try:
             message = decode(msg.data, self.options.max_message_bytes)
             if msg.subject != f"{PREFIX}.events.{message.KIND}":
@@ -138,7 +153,7 @@ class LedgerService:
             return message
         except CodecError as exc:
             # Keyed by stream sequence, so a redelivered bad event stays one dead letter.
-            key = f"seq{msg.metadata.sequence.stream}"
+            key = f"seq{seq}"
             log.warning("refused event %s on %s: %s", key, msg.subject, exc.reason)
             return dead_letter(msg.subject, msg.data, exc.reason, "ledger", key=key)
 
@@ -163,25 +178,49 @@ class LedgerService:
             while len(body) > limit and table.num_rows > 0:
                 table, truncated = table.slice(0, table.num_rows // 2), True
                 body = table_to_ipc(table)
+            if len(body) > limit or (truncated and table.num_rows == 0 < result.table.num_rows):
+                raise SqlError(
+                    f"one row of the result is larger than a bus message ({limit} bytes): "
+                    "select fewer or shorter columns (e.g. left(col, 1000))"
+                )
             await self.nc.publish(msg.reply, body, headers=ok_headers(truncated))
         except (SqlRefused, SqlError) as exc:
-            await self.nc.publish(msg.reply, str(exc).encode(), headers=error_headers())
+            await self.nc.publish(msg.reply, error_text(str(exc)), headers=error_headers())
         except Exception as exc:  # a bug in our code: log it, answer, keep serving
             log.exception("SQL request failed")
             await self.nc.publish(
-                msg.reply, f"ledger error: {exc}".encode(), headers=error_headers()
+                msg.reply, error_text(f"ledger error: {exc}"), headers=error_headers()
             )
 
     async def _snapshot_forever(self) -> None:
+        # A snapshot rewrites whole tables, so it slows as the ledger grows: waiting at least
+        # SNAPSHOT_SHARE times as long as the last one took keeps it to a tenth of a core.
         loop = asyncio.get_running_loop()
+        took = 0.0
         while True:
-            await asyncio.sleep(self.options.snapshot_interval_s)
+            await asyncio.sleep(max(self.options.snapshot_interval_s, SNAPSHOT_SHARE * took))
+            started = loop.time()
             await loop.run_in_executor(
                 self._readers, self.store.snapshot, self.options.snapshot_dir
             )
+            took = loop.time() - started
 
     def _final_snapshot(self) -> None:
         try:
             self.store.snapshot(self.options.snapshot_dir)
         except OSError as exc:
             log.warning("final snapshot failed: %s", exc)
+
+
+def _stream_seq(msg: Msg) -> int | None:
+    """Where the event sits in the stream: the order every replay of it folds events in. None
+    for anything else published to the deliver subject, a forged `$JS.ACK.…` reply included."""
+    if not (msg.reply or "").startswith("$JS.ACK."):
+        return None
+    try:
+        metadata = msg.metadata
+    except Exception:  # nats-py parsing a sender's reply subject: any failure means "forged"
+        return None
+    if metadata.stream != EVENTS_STREAM or metadata.consumer != LEDGER_CONSUMER:
+        return None
+    return int(metadata.sequence.stream)

@@ -22,11 +22,13 @@ READ_ONLY_PRAGMAS = {
     "database_size",
     "version",
 }
+# A function may be called by its quoted name too ("read_csv"(...)); DuckDB itself refuses
+# whatever the pattern misses (external access is off), with a less direct message.
 FILE_FUNCTIONS = re.compile(
     r"\b(read_csv(_auto)?|read_parquet|parquet_scan|parquet_metadata|parquet_schema|"
     r"parquet_file_metadata|parquet_kv_metadata|read_json(_auto|_objects(_auto)?)?|"
     r"read_ndjson(_auto|_objects)?|read_text|read_blob|read_xlsx|glob|sniff_csv|delta_scan|"
-    r"iceberg_scan|st_read|sqlite_scan|postgres_scan|mysql_scan)\s*\(",
+    r'iceberg_scan|st_read|sqlite_scan|postgres_scan|mysql_scan)"?\s*\(',
     re.IGNORECASE,
 )
 HINTS = {
@@ -53,6 +55,12 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise SqlRefused unless `sql` is exactly one read-only statement."""
     if not sql.strip():
         raise SqlRefused("empty query")
+    try:
+        sql.encode()
+    except UnicodeEncodeError as exc:  # JSON can carry a lone surrogate; DuckDB cannot take it
+        raise SqlRefused(
+            f"the query is not Unicode text: a lone surrogate at character {exc.start}"
+        ) from None
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
@@ -111,6 +119,11 @@ def run_query(
     return QueryResult(table, truncated=False)
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_line(exc: BaseException, max_chars: int = 500) -> str:
+    """DuckDB's reason, short: its messages quote the query's names, however long."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    if len(line) > max_chars:
+        half = max_chars // 2
+        line = f"{line[:half]}… [{len(line) - 2 * half} chars] …{line[-half:]}"
+    return line

@@ -1,6 +1,7 @@
 """The SQL request/reply protocol on `swarm.sql`, shared by the ledger and its clients.
 
-Request: JSON `{"sql": str, "max_rows": int | null}`.
+Request: JSON `{"sql": str, "max_rows": int | null}`, no other keys (a misspelt one is refused,
+not ignored).
 Reply: header `Swarm-Status: ok` with an Arrow IPC stream as the body (types survive, so
 `--out x.parquet` keeps timestamps as timestamps), `Swarm-Truncated: 1` when rows were cut;
 or `Swarm-Status: error` with the reason as UTF-8 text.
@@ -17,6 +18,12 @@ STATUS = "Swarm-Status"
 TRUNCATED = "Swarm-Truncated"
 
 
+# An error reply quotes at most this much of a reason (DuckDB's messages echo the query's names,
+# and a reply larger than a bus message could not be sent at all).
+MAX_ERROR_CHARS = 2000
+REQUEST_KEYS = frozenset({"sql", "max_rows"})
+
+
 class SqlError(RuntimeError):
     """The ledger refused or failed the query; the message is its reason."""
 
@@ -31,16 +38,40 @@ class SqlRequest:
 
     @staticmethod
     def decode(raw: bytes) -> SqlRequest:
+        if not raw:
+            raise SqlError('malformed SQL request: empty body, expected {"sql": "..."}')
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SqlError(f"malformed SQL request: {exc}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("sql"), str):
-            raise SqlError('malformed SQL request: expected {"sql": "..."}')
+        except UnicodeDecodeError as exc:
+            why = f"not UTF-8 ({exc.reason} at byte {exc.start})"
+            raise SqlError(f"malformed SQL request: {why}") from None
+        except json.JSONDecodeError as exc:
+            raise SqlError(f"malformed SQL request: not JSON ({exc.msg} at {exc.pos})") from None
+        except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting too deep
+            raise SqlError(f"malformed SQL request: not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise SqlError(
+                f'malformed SQL request: expected {{"sql": "..."}}, got {type(data).__name__}'
+            )
+        unknown = sorted(set(data) - REQUEST_KEYS)
+        if unknown:
+            shown = ", ".join(repr(key[:40]) for key in unknown[:5])
+            raise SqlError(f"malformed SQL request: unknown keys {shown} (known: sql, max_rows)")
+        if not isinstance(data.get("sql"), str):
+            got = type(data["sql"]).__name__ if "sql" in data else "nothing"
+            raise SqlError(f'malformed SQL request: "sql" must be a string, got {got}')
         max_rows = data.get("max_rows")
-        if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 1):
+        if max_rows is not None and (type(max_rows) is not int or max_rows < 1):
             raise SqlError("malformed SQL request: max_rows must be a positive integer")
         return SqlRequest(data["sql"], max_rows)
+
+
+def error_text(reason: str) -> bytes:
+    """An error reply's body: the reason, its middle cut out if it is long."""
+    if len(reason) > MAX_ERROR_CHARS:
+        half = MAX_ERROR_CHARS // 2
+        reason = f"{reason[:half]}… [{len(reason) - 2 * half} chars] …{reason[-half:]}"
+    return reason.encode(errors="backslashreplace")
 
 
 def table_to_ipc(table: pa.Table) -> bytes:

@@ -152,25 +152,28 @@ class LadderService:
             await publish_event(self.js, message)
 
     async def _control(self, msg: Msg) -> None:
-        """approve / reject an idea held at the top tier, or revert the champion to a version."""
+        """approve / reject an idea held at the top tier, or revert the champion to a version.
+        Every request is answered: `{"ok": true, "done": [event ids]}`, or `{"ok": false,
+        "error": why}` for a request the ladder refuses or cannot read."""
         try:
-            request = json.loads(msg.data)
-            action, who = request["action"], str(request.get("who") or "someone")
+            action, who, subject = parse_control(msg.data)
             await self.caught_up.wait()
             async with self._lock:
                 if action == "approve":
-                    out = self.ladder.approve(str(request["idea_id"]), who)
+                    out = self.ladder.approve(str(subject), who)
                 elif action == "reject":
-                    out = self.ladder.reject(str(request["idea_id"]), who)
-                elif action == "revert":
-                    out = self.ladder.revert(int(request["version"]), who)
+                    out = self.ladder.reject(str(subject), who)
                 else:
-                    raise LadderRefusal(f"unknown action {action!r}")
+                    out = self.ladder.revert(int(subject), who)
                 await self._publish(out)
-            answer = {"ok": True, "done": [m.event_id for m in out]}
-        except (LadderRefusal, KeyError, ValueError, TypeError) as exc:
-            answer = {"ok": False, "error": str(exc).strip("'\"")}
-        await msg.respond(json.dumps(answer).encode())
+            answer: dict[str, object] = {"ok": True, "done": [m.event_id for m in out]}
+        except LadderRefusal as exc:
+            answer = {"ok": False, "error": _shorten(str(exc))}
+        except Exception as exc:  # a bug in our code: log it, answer, keep serving
+            log.exception("control request failed")
+            answer = {"ok": False, "error": _shorten(f"ladder error: {exc}")}
+        if msg.reply:  # a request sent without a reply subject is acted on, not answered
+            await msg.respond(json.dumps(answer).encode())
 
     async def _announce(self, kind: AgentEventKind, detail: str) -> None:
         event = AgentEvent(new_id("ev"), "ladder", kind, role="ladder", detail=detail)
@@ -178,6 +181,44 @@ class LadderService:
             await publish_event(self.js, event)
         except Exception as exc:
             log.warning("could not announce %s: %s", kind.value, exc)
+
+
+# What each control action names besides "action" and "who".
+CONTROL_TARGETS = {"approve": "idea_id", "reject": "idea_id", "revert": "version"}
+MAX_ERROR_CHARS = 300
+
+
+def parse_control(raw: bytes) -> tuple[str, str, str | int]:
+    """(action, who, idea id or version) from a control request, or LadderRefusal naming what
+    is wrong with it. Types are exact: a version is an integer, never "3", 3.0 or true."""
+    try:
+        request = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested too deeply
+        raise LadderRefusal(f"not a JSON request: {_shorten(str(exc))}") from None
+    if not isinstance(request, dict):
+        raise LadderRefusal(f"a request must be a JSON object, got {type(request).__name__}")
+    action = request.get("action")
+    if not isinstance(action, str) or action not in CONTROL_TARGETS:
+        raise LadderRefusal(
+            f"unknown action {_shorten(repr(action))}; known: {', '.join(CONTROL_TARGETS)}"
+        )
+    key = CONTROL_TARGETS[action]
+    unknown = sorted(set(request) - {"action", "who", key})
+    if unknown:
+        raise LadderRefusal(f"{action}: unknown keys {_shorten(repr(unknown))}")
+    who = request.get("who")
+    if who is not None and not isinstance(who, str):
+        raise LadderRefusal(f'{action}: "who" must be a string, got {type(who).__name__}')
+    subject = request.get(key)
+    wanted = int if key == "version" else str
+    if type(subject) is not wanted or subject == "":
+        got = "nothing" if subject is None else _shorten(repr(subject))
+        raise LadderRefusal(f'{action} needs "{key}" ({wanted.__name__}), got {got}')
+    return action, (who or "someone")[:100], subject
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else f"{text[:MAX_ERROR_CHARS]}…"
 
 
 async def _quietly_unsubscribe(sub: Subscription) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from nats.aio.client import Client
-from nats.errors import NoRespondersError
+from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from bus.nats_bus import BusUnavailable, connect
@@ -31,8 +31,13 @@ class Answer:
 
 async def ask_ledger(nc: Client, sql: str, timeout_s: float, max_rows: int | None = None) -> Answer:
     """One SQL request to the running ledger. Raises SqlError with the ledger's reason."""
+    body = SqlRequest(sql, max_rows).encode()
     try:
-        reply = await nc.request(SQL_SUBJECT, SqlRequest(sql, max_rows).encode(), timeout=timeout_s)
+        reply = await nc.request(SQL_SUBJECT, body, timeout=timeout_s)
+    except MaxPayloadError:
+        raise SqlError(
+            f"the request is {len(body)} bytes, larger than a bus message ({nc.max_payload} bytes)"
+        ) from None
     except NoRespondersError:
         raise LedgerUnavailable("no ledger is answering on the bus (is it restarting?)") from None
     except (TimeoutError, NatsTimeout):

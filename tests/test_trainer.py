@@ -16,7 +16,13 @@ from nats.aio.client import Client
 from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import BudgetKind, RunStatus
 from bus.nats_bus import enqueue_run
-from bus.subjects import ensure_trainer_consumer, job_subject
+from bus.subjects import (
+    JOBS_STREAM,
+    ensure_trainer_consumer,
+    job_subject,
+    trainer_consumer_config,
+    trainer_consumer_name,
+)
 from ledger.service import LedgerService
 from swarm.sql_client import ask_ledger
 from tests.conftest import swarm_cmd, wait_for_async
@@ -158,3 +164,34 @@ async def test_a_trainer_takes_the_highest_tier_first_without_waiting_on_empty_o
         await serving
     order = await rows(nc, "select tier from runs order by started_at")
     assert [r["tier"] for r in order] == [2, 2, 2, 0, 0, 0]
+
+
+async def test_a_capped_tier_recovers_a_job_handed_to_a_pull_that_timed_out(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    """Tier 2 runs one job at a time. A job the server handed to a pull that had already given
+    up counts against that cap until its ack_wait passes, and comes back only on a new pull: the
+    trainer must pull again then, not wait for a free slot forever (a 30-minute soak stalled so)."""
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    capped = trainer_consumer_config(2, max_concurrent=1)
+    await js.add_consumer(JOBS_STREAM, replace(capped, ack_wait=1.0))  # a short ack_wait
+    specs = [replace(tiny_spec(seed=s), tier=2) for s in range(3)]
+    for spec in specs:
+        await enqueue_run(js, spec)
+    lost = await js.pull_subscribe_bind(trainer_consumer_name(2), stream=JOBS_STREAM)
+    assert len(await lost.fetch(1, timeout=5)) == 1  # delivered, never acked: the cap is full
+    options = TrainerOptions(
+        (0, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {}, max_concurrent={2: 1}
+    )
+    stop = asyncio.Event()
+    serving = asyncio.create_task(Trainer(nc, SyntheticTarget(), options).run(stop))
+    try:
+
+        async def done() -> bool:
+            return len(await rows(nc, "select run_id from runs")) == len(specs)
+
+        await wait_for_async(done, 30, 0.2)
+    finally:
+        stop.set()
+        await serving

@@ -15,6 +15,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nats.aio.client import Client
@@ -30,6 +31,7 @@ from bus.subjects import (
     JOBS_STREAM,
     TRAINER_HEARTBEAT_S,
     ensure_trainer_consumer,
+    job_subject,
     trainer_consumer_name,
 )
 from training.process_outcome import result_fields
@@ -98,6 +100,8 @@ class Trainer:
     async def _handle(self, msg: Msg, stop: asyncio.Event) -> None:
         try:
             spec = decode_as(msg.data, RunSpec, self.options.max_message_bytes)
+            if msg.subject != job_subject(spec.tier):  # as the ledger checks an event's kind
+                raise CodecError(f"a tier {spec.tier} RunSpec on subject {msg.subject}")
         except CodecError as exc:
             log.warning("refused job on %s: %s", msg.subject, exc.reason)
             seq = msg.metadata.sequence.stream
@@ -223,7 +227,16 @@ async def _has_job(sub: JetStreamContext.PullSubscription) -> bool:
         log.debug("consumer info failed: %s", exc)
         return True
     cap = info.config.max_ack_pending or 0
-    return bool(info.num_pending) and (cap <= 0 or (info.num_ack_pending or 0) < cap)
+    if not info.num_pending:
+        return False
+    if cap <= 0 or (info.num_ack_pending or 0) < cap:
+        return True
+    # At the cap. A job handed to a pull that had already timed out counts against it until
+    # its ack_wait passes, and the server hands it out again only to a new pull: pull once
+    # nothing was delivered for ack_wait, or the tier waits forever (a soak run found this).
+    last = info.delivered.last_active if info.delivered else None
+    quiet = (datetime.now(UTC) - last).total_seconds() if last else float("inf")
+    return quiet > (info.config.ack_wait or 0)
 
 
 async def _fetch(sub: JetStreamContext.PullSubscription, timeout: float) -> Msg | None:
