@@ -231,6 +231,14 @@ class HeuristicBrain:
             self._rng.shuffle(steps)
             plans.append([(name, index, x, kind, du) for du in steps])
         self._rng.shuffle(plans)
+        # Which findings on this champion touched each constant, in one pass: scanning every
+        # finding per candidate made a proposal take seconds once thousands were held (a soak
+        # found the agents host's event loop blocked by it, and its publishes timing out).
+        tested_on: dict[str, list[Finding]] = {}
+        for f in board.findings:
+            if f.champion_version == board.version:
+                for touched in {c.name for c in f.changes}:
+                    tested_on.setdefault(touched, []).append(f)
         for round_ in range(max((len(p) for p in plans), default=0)):
             for plan in plans:
                 if round_ >= len(plan):
@@ -239,12 +247,7 @@ class HeuristicBrain:
                 moved = step(name, kind, x, du)
                 if moved is None:
                     continue
-                tested = [
-                    f
-                    for f in board.findings
-                    if f.champion_version == board.version
-                    and any(c.name == name for c in f.changes)
-                ]
+                tested = tested_on.get(name, [])
                 tail = (
                     f"{len(tested)} ideas moved it on v{board.version}, best gain "
                     f"{max(_gain(f) for f in tested):.3g}."

@@ -39,6 +39,10 @@ FINAL = frozenset({Verdict.REJECT, Verdict.REFUSED, Verdict.STALE, Verdict.HELD}
 FAILURES_KEPT = 20  # recent failed runs a brain is shown
 NOTES_KEPT = 12  # the researcher's own recent attempts a brain is shown
 MAX_BACKOFF = 10  # after repeated failed attempts, wait at most this many cooldowns
+# A brain with nothing untried rests 1, 2, 4 … up to 30 s before looking again: an offline brain
+# re-searching every second, at thousands of findings, blocked the agents host (a soak found it).
+EMPTY_REST_S = 1.0
+MAX_EMPTY_REST_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ class Researcher:
         self.proposed = 0
         self.cooldown_s = cooldown_s
         self.failed_in_a_row = 0
+        self.empty_in_a_row = 0  # attempts in a row that found nothing untried
         self.resting_until = 0.0  # monotonic
         self.proposing = False
         self.stopped = ""  # why it stopped proposing for good ("" while it goes on)
@@ -108,6 +113,8 @@ class Researcher:
             self.on_llm_call(message)
 
     def on_champion(self, change: ChampionChange) -> None:
+        if change.version > self.champion and self.empty_in_a_row:
+            self.empty_in_a_row, self.resting_until = 0, 0.0  # new champion, new moves: look now
         self.sources[change.version] = change.source
         self.tried[change.version].add(fingerprint(change.source))
         if change.kind is ChangeKind.STACK and change.idea_id in self.findings:
@@ -192,7 +199,7 @@ class Researcher:
             self.proposing = False
         if attempt.proposal is None:
             return self._no_idea(attempt, trace_id, version)
-        self.failed_in_a_row = 0
+        self.failed_in_a_row = self.empty_in_a_row = 0
         for record in attempt.records:
             if isinstance(record, LlmCall):
                 self.on_llm_call(record)
@@ -219,6 +226,10 @@ class Researcher:
         elif attempt.failed:
             self.failed_in_a_row += 1
             rest = self.cooldown_s * min(2 ** (self.failed_in_a_row - 1), MAX_BACKOFF)
+            self.resting_until = time.monotonic() + rest
+        else:
+            self.empty_in_a_row += 1
+            rest = min(EMPTY_REST_S * 2 ** (self.empty_in_a_row - 1), MAX_EMPTY_REST_S)
             self.resting_until = time.monotonic() + rest
         if not (attempt.records or attempt.stopped or attempt.failed):
             return None  # nothing happened worth keeping (e.g. the heuristic ran out of moves)

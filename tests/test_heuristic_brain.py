@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.brain import OfflineBrain
 from agents.heuristic_brain import Finding, HeuristicBrain, Persona, Proposal
 from agents.recipe_constants import (
     Change,
@@ -23,7 +24,9 @@ from agents.recipe_constants import (
     step,
     with_values,
 )
+from agents.researcher import Researcher
 from bus.champion_store import fingerprint
+from bus.messages import ChampionChange, ChangeKind
 
 RECIPE = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 VERSION = 3
@@ -286,3 +289,24 @@ def test_ablator_reverts_a_stacked_change() -> None:
     # Once the revert was tried, the ablator has nothing left and falls back to another move.
     again = brain.propose(champion, VERSION, findings, {fingerprint(proposal.source)})
     assert again is not None and again.source != proposal.source
+
+
+async def test_a_researcher_with_nothing_untried_rests_longer_each_time_until_a_new_champion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A recipe with no constants: the heuristic has no move at all.
+    clock = [100.0]
+    monkeypatch.setattr("agents.researcher.time.monotonic", lambda: clock[0])
+    brain = OfflineBrain(HeuristicBrain(Persona.EXPLORER, 0))
+    researcher = Researcher("r", brain, "recipe.py", "bytelm", 1, 2)
+    researcher.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "a", source="print('hi')\n"))
+    rests = []
+    for _ in range(7):
+        assert await researcher.propose() is None
+        rests.append(researcher.resting_until - clock[0])
+        assert await researcher.propose() is None  # resting: not even a look
+        clock[0] = researcher.resting_until
+    assert rests == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    researcher.observe(ChampionChange(2, 1, ChangeKind.STACK, "b", source="LR = 1.0\n"))
+    assert researcher.resting_until == 0.0
+    assert await researcher.propose() is not None  # LR has moves
