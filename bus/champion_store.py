@@ -64,7 +64,10 @@ class ChampionStore:
                 entry = await (await self._bucket()).get(f"v{version}")
             except KeyNotFoundError:
                 raise ChampionMissing(f"champion v{version} is not in the store") from None
-            self._cache[version] = (entry.value or b"").decode()
+            try:
+                self._cache[version] = (entry.value or b"").decode()
+            except UnicodeDecodeError:  # anyone on the bus can write the bucket: not our data
+                raise ChampionMissing(f"champion v{version} in the store is not text") from None
         return self._cache[version]
 
 

@@ -39,9 +39,12 @@ async def replay_events(
 ) -> Replay:
     async def deliver(msg: Msg) -> None:
         message = None
-        if msg.subject.rpartition(".")[2] in kinds:
+        kind = msg.subject.rpartition(".")[2]
+        if kind in kinds:
             with contextlib.suppress(CodecError):
                 message = decode(msg.data, max_bytes)
+            if message is not None and kind != message.KIND:
+                message = None  # on another kind's subject: the ledger dead-letters it
         await handle(message, msg.metadata.sequence.stream)
 
     start_seq = (await js.stream_info(EVENTS_STREAM)).state.last_seq

@@ -75,6 +75,7 @@ class LedgerService:
         self.ingested = 0
         self.ready = asyncio.Event()  # set once it consumes events and answers SQL
         self._inbox: list[Msg] = []
+        self._answering: set[asyncio.Task[None]] = set()
         self._arrived = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -87,7 +88,7 @@ class LedgerService:
             pending_msgs_limit=2 * LEDGER_MAX_ACK_PENDING,
             pending_bytes_limit=-1,
         )
-        sql_sub = await self.nc.subscribe(SQL_SUBJECT, queue="ledger", cb=self._answer_sql)
+        sql_sub = await self.nc.subscribe(SQL_SUBJECT, queue="ledger", cb=self._answer_soon)
         log.info("ledger ready: %s", self.options.db_path)
         self.ready.set()
         try:
@@ -100,6 +101,9 @@ class LedgerService:
         finally:
             await sql_sub.unsubscribe()
             await events.unsubscribe()
+            for task in list(self._answering):
+                task.cancel()
+            await asyncio.gather(*self._answering, return_exceptions=True)
             self._readers.shutdown(wait=True, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(self._writer, self._final_snapshot)
             self._writer.shutdown(wait=True)
@@ -136,7 +140,7 @@ class LedgerService:
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
         for msg in batch:
-            if msg.reply:
+            if _stream_seq(msg) is not None:  # not a reply to whatever a sender put in `reply`
                 await msg.ack()
         self.ingested += len(batch)
 
@@ -156,6 +160,13 @@ class LedgerService:
             key = f"seq{seq}"
             log.warning("refused event %s on %s: %s", key, msg.subject, exc.reason)
             return dead_letter(msg.subject, msg.data, exc.reason, "ledger", key=key)
+
+    async def _answer_soon(self, msg: Msg) -> None:
+        # nats-py runs a subscription's callbacks one at a time: answering in the callback let
+        # one slow query hold up every other (the live view, `swarm status`) for seconds.
+        task = asyncio.create_task(self._answer_sql(msg))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
 
     async def _answer_sql(self, msg: Msg) -> None:
         if not msg.reply:

@@ -60,7 +60,9 @@ class Ladder(LadderState):
         while self.dirty:
             idea_id = next(iter(self.dirty))
             del self.dirty[idea_id]
-            self._advance(self.ideas[idea_id])
+            state = self.ideas.get(idea_id)
+            if state is not None:  # a result or spec naming an idea never seen is kept, inert
+                self._advance(state)
         if self.baselines_dirty:
             self.baselines_dirty = False
             self._baselines()

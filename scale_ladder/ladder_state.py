@@ -162,7 +162,8 @@ class LadderState:
             self.baseline_finished[(result.champion_version, result.tier, result.seed)] += 1
             self.baselines_dirty = True
             for idea_id in self.tested_at[(result.champion_version, result.tier)]:
-                if self.ideas[idea_id].phase is Phase.TESTING:
+                state = self.ideas.get(idea_id)
+                if state is not None and state.phase is Phase.TESTING:
                     self.dirty[idea_id] = None
 
     def _observe_decision(self, decision: Decision) -> None:

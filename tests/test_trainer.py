@@ -29,7 +29,7 @@ from tests.conftest import swarm_cmd, wait_for_async
 from tests.helpers_process import alive, descendants
 from tests.training_helpers import TINY_LADDER, inject, tiny_spec
 from training.synthetic import SyntheticTarget
-from training.trainer import Trainer, TrainerOptions
+from training.trainer import Trainer, TrainerOptions, WrongTarget
 
 
 @pytest.fixture
@@ -195,3 +195,17 @@ async def test_a_capped_tier_recovers_a_job_handed_to_a_pull_that_timed_out(
     finally:
         stop.set()
         await serving
+
+
+async def test_a_trainer_for_another_target_hands_the_job_back_and_stops(
+    nc: Client, tmp_path: Path
+) -> None:
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    spec = tiny_spec(seed=1)  # a bytelm job
+    await enqueue_run(js, spec)
+    options = TrainerOptions((0,), "cpu", tmp_path / "scratch", tmp_path / "logs", {})
+    with pytest.raises(WrongTarget, match="start it with --target bytelm"):
+        await asyncio.wait_for(Trainer(nc, SyntheticTarget(), options).run(asyncio.Event()), 30)
+    info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(0))
+    assert info.num_ack_pending + info.num_pending == 1  # handed back, not run, not lost

@@ -44,6 +44,10 @@ MAX_DELIVERIES = 3
 IDLE_POLL_S = 0.5
 
 
+class WrongTarget(ValueError):
+    """The swarm's jobs are for another target than this trainer's."""
+
+
 @dataclass(frozen=True, slots=True)
 class TrainerOptions:
     tiers: tuple[int, ...]
@@ -109,6 +113,14 @@ class Trainer:
             await publish_event(self.js, letter)
             await msg.ack()
             return
+        if spec.target != self.target.name:
+            # A worker joined with the wrong --target: running the job would turn it into a
+            # CRASH the ladder acts on. Hand it back for a right trainer and stop, saying why.
+            await msg.nak(delay=TRAINER_HEARTBEAT_S)
+            raise WrongTarget(
+                f"this worker runs target {self.target.name!r}, but the swarm's jobs are for "
+                f"{spec.target!r}: start it with --target {spec.target}"
+            )
         deliveries = msg.metadata.num_delivered
         if deliveries > MAX_DELIVERIES:
             reason = f"abandoned after {deliveries - 1} deliveries: trainers died running it"
