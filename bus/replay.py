@@ -20,7 +20,7 @@ from nats.js.api import DeliverPolicy
 
 from bus.codec import CodecError, decode
 from bus.messages import Message
-from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject
 
 Handler = Callable[[Message | None, int], Awaitable[None]]
 
@@ -39,12 +39,11 @@ async def replay_events(
 ) -> Replay:
     async def deliver(msg: Msg) -> None:
         message = None
-        kind = msg.subject.rpartition(".")[2]
-        if kind in kinds:
+        if msg.subject.rpartition(".")[2] in kinds:
             with contextlib.suppress(CodecError):
                 message = decode(msg.data, max_bytes)
-            if message is not None and kind != message.KIND:
-                message = None  # on another kind's subject: the ledger dead-letters it
+            if message is not None and msg.subject != event_subject(message):
+                message = None  # not on its own kind's subject: the ledger dead-letters it
         await handle(message, msg.metadata.sequence.stream)
 
     start_seq = (await js.stream_info(EVENTS_STREAM)).state.last_seq

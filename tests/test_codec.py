@@ -14,7 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bus.codec import CodecError, decode, decode_as, encode
-from bus.messages import MESSAGE_TYPES, SCHEMA_VERSION, Idea, Message, RunResult, RunStatus
+from bus.messages import (
+    MESSAGE_TYPES,
+    SCHEMA_VERSION,
+    BudgetKind,
+    Idea,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
 from tests.conftest import make_idea, make_result
 
 TEXT = st.text(max_size=50)
@@ -64,8 +73,9 @@ def test_decode_as_checks_the_kind() -> None:
         decode_as(raw, RunResult)
 
 
-def _envelope(**changes: Any) -> bytes:
-    envelope = json.loads(encode(make_result()))
+def _envelope(message: Message | None = None, /, **changes: Any) -> bytes:
+    """`message` (a RunResult unless given) as an envelope, with `changes` made to it."""
+    envelope = json.loads(encode(message or make_result()))
     for key, value in changes.items():
         if key.startswith("data."):
             field = key.removeprefix("data.")
@@ -100,6 +110,17 @@ REFUSALS = [
     (_envelope(**{"data.run_id": None}), "run_result.run_id: expected str"),
     (b'{"kind":"run_result","v":1,"data":{"metric":NaN}}', "non-finite number NaN"),
     (b'{"kind":"run_result","v":1,"data":{"metric":Infinity}}', "non-finite number Infinity"),
+    (
+        b'{"kind":"run_result","v":1,"data":{"tier":' + b"9" * 5000 + b"}}",
+        r"not JSON: Exceeds the limit \(\d+ digits\)",
+    ),
+    (_envelope(kind=["x"]), r"unknown message kind \['x'\]"),
+    (_envelope(v=True), "unsupported schema version True"),
+    (
+        _envelope(RunSpec("run-1", 0, 1, 1, BudgetKind.TOKENS, 1.0), **{"data.dials": "x"}),
+        "run_spec.dials: expected dict, got str 'x'",
+    ),
+    (_envelope(**{"data.run_id": "\ud800"}), r"run_result: not Unicode text: a lone surrogate"),
 ]
 
 
