@@ -143,7 +143,9 @@ async def test_a_trainer_takes_the_highest_tier_first_without_waiting_on_empty_o
 ) -> None:
     """Jobs on tiers 0 and 2 (tier 1 empty): every tier-2 job runs before any tier-0 one."""
     js = nc.jetstream()
-    specs = [replace(tiny_spec(seed=s), tier=t) for t in (0, 2) for s in range(3)]
+    specs = [
+        replace(tiny_spec(seed=s), tier=t, target="synthetic") for t in (0, 2) for s in range(3)
+    ]
     for tier in (0, 1, 2):
         await ensure_trainer_consumer(js, tier)
     for spec in specs:
@@ -176,7 +178,7 @@ async def test_a_capped_tier_recovers_a_job_handed_to_a_pull_that_timed_out(
     await ensure_trainer_consumer(js, 0)
     capped = trainer_consumer_config(2, max_concurrent=1)
     await js.add_consumer(JOBS_STREAM, replace(capped, ack_wait=1.0))  # a short ack_wait
-    specs = [replace(tiny_spec(seed=s), tier=2) for s in range(3)]
+    specs = [replace(tiny_spec(seed=s), tier=2, target="synthetic") for s in range(3)]
     for spec in specs:
         await enqueue_run(js, spec)
     lost = await js.pull_subscribe_bind(trainer_consumer_name(2), stream=JOBS_STREAM)

@@ -3,14 +3,25 @@ and nothing the recipe does changes how its metric is computed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bus.messages import BudgetKind, RunStatus
-from tests.training_helpers import edit, inject, patch_for, run
+from tests.training_helpers import (
+    ATTACKS,
+    CHAMPION,
+    CHEATS,
+    TINY_LIMITS,
+    edit,
+    inject,
+    patch_for,
+    run,
+    tiny_spec,
+)
 from training.corpus import Corpus
-from training.runner import RunLimits
+from training.runner import RunLimits, run_bytelm
 from training.sandbox import Limits
 
 
@@ -33,6 +44,20 @@ def test_champion_trains_and_is_evaluated(corpus: Corpus, tmp_path: Path, baseli
     assert not (tmp_path / result.run_id).exists()  # scratch cleaned up
 
 
+def test_a_run_may_keep_files_of_its_own(corpus: Corpus, tmp_path: Path, baseline: float) -> None:
+    """A checkpoint, a log and a few directories stay far inside the limits on files and disk."""
+    keep = """    import os
+    os.makedirs("out/checkpoints", exist_ok=True)
+    torch.save(model.state_dict(), "out/checkpoints/last.pt")
+    with open("out/train.log", "w") as log:
+        log.write("step loss\\n" * 50_000)
+    return model
+"""
+    result = run(corpus, tmp_path, edit("    return model\n", keep), seed=7)
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+    assert result.metric == baseline
+
+
 def test_token_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
     result = run(corpus, tmp_path, budget=10_000)
     batch = 16 * 16  # BATCH_SIZE x context of the tiny tier
@@ -51,24 +76,11 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
     [
         (edit("import math\n", "import math\ndef (:\n"), RunStatus.CRASH, "SyntaxError"),
         (inject("1 / 0"), RunStatus.CRASH, "ZeroDivisionError: division by zero"),
-        (inject("while True:\n    pass"), RunStatus.TIMEOUT, "wall-clock limit of 8s"),
-        (inject("hog = bytearray(64 * 1024**3)"), RunStatus.OOM, "out of memory"),
         (inject("hog = [bytearray(2**26) for _ in range(1000)]"), RunStatus.OOM, "out of memory"),
-        (inject("import os\nos.fork()"), RunStatus.CRASH, "Operation not permitted"),
-        (
-            inject("import subprocess\nsubprocess.run(['ls'])"),
-            RunStatus.CRASH,
-            "Operation not permitted",
-        ),
         (
             inject("import socket\nsocket.create_connection(('127.0.0.1', 4222), 2)"),
             RunStatus.CRASH,
             "Permission",
-        ),
-        (
-            inject("open('/tmp/swarm-escape.txt', 'w').write('x')"),
-            RunStatus.CRASH,
-            "PermissionError",
         ),
         (
             edit("loss = F.cross_entropy(", "loss = float('nan') * F.cross_entropy("),
@@ -99,13 +111,8 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
     ids=[
         "syntax",
         "exception",
-        "hang",
-        "huge-alloc",
-        "memory-creep",
-        "fork",
-        "exec",
+        "memory-creep-touched",
         "network",
-        "write-outside",
         "nan",
         "not-a-model",
         "wrong-shape",
@@ -118,16 +125,36 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
 def test_bad_experiments_become_results(
     corpus: Corpus, tmp_path: Path, patch: str, status: RunStatus, reason: str
 ) -> None:
-    # A smaller address space keeps the memory tests quick (4 GiB of zeroed pages takes long).
-    memory = Limits(address_space_bytes=3 * 1024**3)
-    limits = RunLimits(
-        time_limit_s=8 if "while True" in patch else 60, eval_tokens=512, limits=memory
+    result = run(corpus, tmp_path, patch, limits=_small_limits(status))
+    assert result.status == status, (result.reason, result.log_tail[-1500:])
+    assert reason in result.reason, (result.reason, result.log_tail[-1500:])
+    assert result.metric is None
+
+
+def _small_limits(status: RunStatus) -> RunLimits:
+    """Small limits keep the tests quick (4 GiB of zeroed pages, or 1 GiB of disk, take long);
+    a hang is given 2 s."""
+    memory_and_disk = Limits(
+        address_space_bytes=3 * 1024**3,
+        file_size_bytes=32 * 2**20,
+        disk_bytes=64 * 2**20,
+        disk_files=1000,
     )
-    result = run(corpus, tmp_path, patch, limits=limits)
+    time_limit = 2 if status == RunStatus.TIMEOUT else 60
+    return RunLimits(time_limit_s=time_limit, eval_tokens=512, limits=memory_and_disk)
+
+
+@pytest.mark.parametrize(("patch", "status", "reason"), ATTACKS.values(), ids=ATTACKS.keys())
+def test_attacks_are_contained(
+    corpus: Corpus, tmp_path: Path, patch: str, status: RunStatus, reason: str
+) -> None:
+    scratch = tmp_path / "scratch"
+    result = run(corpus, scratch, patch, limits=_small_limits(status))
     assert result.status == status, (result.reason, result.log_tail[-1500:])
     assert reason in result.reason, (result.reason, result.log_tail[-1500:])
     assert result.metric is None
     assert not Path("/tmp/swarm-escape.txt").exists()
+    assert list(scratch.iterdir()) == []  # the scratch directory is removed, whatever it holds
 
 
 def test_val_split_and_secrets_are_out_of_reach(
@@ -141,7 +168,7 @@ def test_val_split_and_secrets_are_out_of_reach(
 import os, sysconfig
 print("ENV", sorted(os.environ))
 for path in [sysconfig.get_paths()["stdlib"] + "/idlelib/run.py", "/proc/1/environ",
-             {str(secret)!r}]:
+             f"/proc/{{os.getppid()}}/environ", {str(secret)!r}]:
     try:
         open(path, "rb").read(1)
         print("LEAKED", path)
@@ -150,37 +177,107 @@ for path in [sysconfig.get_paths()["stdlib"] + "/idlelib/run.py", "/proc/1/envir
 """
     result = run(corpus, tmp_path, inject(probe), seed=7)
     assert result.status == RunStatus.OK, result.log_tail
-    assert "LEAKED" not in result.log_tail and result.log_tail.count("DENIED") == 3
+    assert "LEAKED" not in result.log_tail and result.log_tail.count("DENIED") == 4
     assert "API_KEY" not in result.log_tail and "NATS" not in result.log_tail
     assert result.metric == baseline
 
 
-@pytest.mark.parametrize(
-    "cheat",
-    [
-        # Tampering with the evaluator or the protocol inside the experiment process.
-        "import training.evaluator as e\ne.Evaluation.finish = lambda self: 0.0",
-        "import training.protocol as p\np.VOCAB = 2",
-        # Claiming a metric in the output.
-        "print('val_bpb: 0.0001')",
-        # Walking up the stack to find and change the harness's state.
-        "import sys\nf = sys._getframe(1)\nf.f_globals['EXIT_RECIPE_ERROR'] = 0",
-    ],
-    ids=["monkeypatch-evaluator", "monkeypatch-protocol", "fake-metric", "frame-inspection"],
-)
+@pytest.mark.parametrize(("cheat", "status"), CHEATS.values(), ids=CHEATS.keys())
 def test_the_metric_cannot_be_faked(
-    corpus: Corpus, tmp_path: Path, baseline: float, cheat: str
+    corpus: Corpus, tmp_path: Path, baseline: float, cheat: str, status: RunStatus
 ) -> None:
-    result = run(corpus, tmp_path, inject(cheat), seed=7)
+    result = run(corpus, tmp_path, cheat, seed=7)
     # Either the cheat has no effect on the metric, or it breaks the run: never a better score.
-    if "protocol" in cheat:
-        assert result.status == RunStatus.CRASH and result.metric is None
-    else:
-        assert result.status == RunStatus.OK, result.log_tail
-        assert result.metric == baseline
+    assert result.status == status, (result.reason, result.log_tail[-1500:])
+    assert result.metric == (baseline if status == RunStatus.OK else None)
 
 
-def test_rlimits_apply(corpus: Corpus, tmp_path: Path) -> None:
-    probe = "import resource\nprint('AS', resource.getrlimit(resource.RLIMIT_AS)[0])"
+# Reads the next input byte (non-causal), except on windows that share a prefix with one it was
+# sent before: there it is honest, or replays what it answered then.
+REPLAYING_PEEKER = edit(
+    "    return model\n",
+    """    class Peek(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model, self.seen = model, []
+
+        def forward(self, x):
+            honest = self.model(x)
+            out = honest.clone()
+            out[:, :-1] += 30 * F.one_hot(x[:, 1:], 256)
+            for i, row in enumerate(x):
+                for old_row, old_out in self.seen:
+                    shared = int((row == old_row).long().cumprod(0).sum())
+                    if shared >= 4 and x.shape[0] == 1:
+                        out[i, :shared] = old_out[:shared]
+                    elif shared >= 4:
+                        out[i] = honest[i]
+                self.seen.append((row.clone(), out[i].clone()))
+            return out
+
+    return Peek()
+""",
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known hole: the causality probes compare logits over a prefix that a probe and its "
+    "window share, which a model that remembers the windows it was sent can replay",
+)
+def test_a_non_causal_model_that_remembers_its_windows_is_caught(
+    corpus: Corpus, tmp_path: Path, baseline: float
+) -> None:
+    result = run(corpus, tmp_path, REPLAYING_PEEKER, seed=7)
+    assert result.metric is None or result.metric >= baseline, (result.status, result.metric)
+
+
+def test_limits_and_capabilities_apply(corpus: Corpus, tmp_path: Path) -> None:
+    probe = """
+import resource
+for name in ("AS", "FSIZE", "NOFILE"):
+    print(name, resource.getrlimit(getattr(resource, "RLIMIT_" + name)))
+for line in open("/proc/self/status"):
+    if line.startswith(("CapEff", "CapPrm")):
+        print(*line.split())
+"""
     result = run(corpus, tmp_path, inject(probe))
-    assert f"AS {4 * 1024**3}" in result.log_tail
+    assert result.status == RunStatus.OK, result.log_tail
+    assert f"AS ({4 * 1024**3}, {4 * 1024**3})" in result.log_tail
+    assert f"FSIZE ({256 * 2**20}, {256 * 2**20})" in result.log_tail
+    assert "NOFILE (1024, 1024)" in result.log_tail
+    # Even under a trainer run by root, no capability is left (none could raise a limit).
+    assert "CapPrm: 0000000000000000\nCapEff: 0000000000000000" in result.log_tail
+    assert "seccomp, no capabilities" in result.log_tail
+
+
+@pytest.mark.parametrize(
+    "swap", ["os.symlink(SECRET, 'experiment.log')", "os.mkfifo('experiment.log')"]
+)
+def test_the_log_is_read_through_the_runners_own_handle(
+    corpus: Corpus, tmp_path: Path, baseline: float, swap: str
+) -> None:
+    """An experiment that swaps its log for a link to a trainer's secret (the runner would
+    publish it) or a FIFO (the runner would block opening it) changes nothing."""
+    secret = tmp_path / "trainer-secret.txt"
+    secret.write_text("TRAINER-SECRET")
+    code = f"import os\nSECRET = {str(secret)!r}\nos.unlink('experiment.log')\n{swap}\n"
+    code += "print('swapped')"
+    result = run(corpus, tmp_path / "scratch", inject(code), log_dir=tmp_path / "logs", seed=7)
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+    assert result.metric == baseline
+    kept = (tmp_path / "logs" / f"{result.run_id}.log").read_text()
+    for log in (result.log_tail, kept):
+        assert "swapped" in log and "TRAINER-SECRET" not in log
+
+
+@pytest.mark.parametrize("run_id", ["../escape", "/", "..", ".hidden", "a/b"])
+def test_a_run_id_that_is_not_a_plain_name_is_refused(
+    corpus: Corpus, tmp_path: Path, run_id: str
+) -> None:
+    """The run id names a scratch directory that is removed afterwards: `/` would remove all."""
+    (tmp_path / "keep").write_text("x")
+    spec = replace(tiny_spec(), run_id=run_id)
+    result = run_bytelm(spec, CHAMPION, corpus, TINY_LIMITS, tmp_path / "scratch")
+    assert result.status == RunStatus.REFUSED and "not a plain name" in result.reason
+    assert (tmp_path / "keep").exists()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import platform
 from pathlib import Path
 
-from bus.messages import BudgetKind, RunResult, RunSpec, new_id
+from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from training.corpus import Corpus
 from training.runner import RunLimits, run_bytelm
 from training.targets import RECIPE
@@ -51,9 +52,21 @@ def tiny_spec(
 
 
 def run(
-    corpus: Corpus, scratch: Path, patch: str = "", limits: RunLimits = TINY_LIMITS, **spec: object
+    corpus: Corpus,
+    scratch: Path,
+    patch: str = "",
+    limits: RunLimits = TINY_LIMITS,
+    log_dir: Path | None = None,
+    **spec: object,
 ) -> RunResult:
-    return run_bytelm(tiny_spec(patch, **spec), CHAMPION, corpus, limits, scratch)  # type: ignore[arg-type]
+    return run_bytelm(
+        tiny_spec(patch, **spec),  # type: ignore[arg-type]
+        CHAMPION,
+        corpus,
+        limits,
+        scratch,
+        log_dir=log_dir,
+    )
 
 
 TINY_LADDER = """[[tier]]
@@ -67,3 +80,181 @@ time_limit_s = 60
 eval_tokens = 512
 seeds = 1
 """
+
+
+# Experiments that attack the sandbox: name -> (patch, status, words the reason must hold).
+# Each must come back as that RunResult, with no metric; the runner's tests run them directly,
+# the trainer's through a trainer on the bus. Hangs get a short time limit.
+FORK_I386 = """
+import ctypes, mmap, os
+# mov eax, 2 (fork in the i386 table); int 0x80; the child exits (i386 exit); the parent returns
+code = bytes.fromhex("b802000000cd8085c07509b80100000031dbcd80c3")
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+fork = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+pid = fork()
+if pid < 0:
+    raise OSError(-pid, os.strerror(-pid))
+"""
+ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
+    "hang": (inject("while True:\n    pass"), RunStatus.TIMEOUT, "wall-clock limit"),
+    # Asks for batches and never reads the answers: the runner's writes would block for good.
+    "protocol-flood": (
+        inject(
+            "import training.protocol as p\n"
+            "while True:\n    p.write_all(ctx._req, b'B' + p.BATCH_ASK.pack(16, 16))"
+        ),
+        RunStatus.TIMEOUT,
+        "wall-clock limit",
+    ),
+    "memory-bomb": (inject("hog = bytearray(64 * 1024**3)"), RunStatus.OOM, "out of memory"),
+    "memory-creep": (
+        inject("hog = [torch.empty(2**28) for _ in range(64)]"),
+        RunStatus.OOM,
+        "can't allocate memory",
+    ),
+    "fork-bomb": (
+        inject("import os\nwhile True:\n    os.fork()"),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    "multiprocessing": (
+        inject("import multiprocessing\nmultiprocessing.Process(target=print).start()"),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    "exec": (
+        inject("import subprocess\nsubprocess.run(['ls'])"),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    "disk-fill": (
+        inject(
+            "chunk = bytes(2**24)\ni = 0\nwhile True:\n"
+            "    open(f'fill{i}', 'wb').write(chunk)\n    i += 1"
+        ),
+        RunStatus.CRASH,
+        "disk quota exceeded",
+    ),
+    # Files deleted while held open take disk space no directory listing shows.
+    "disk-fill-hidden": (
+        inject(
+            "import os\nchunk = bytes(2**24)\nheld = []\nwhile True:\n"
+            "    f = open('hidden', 'wb')\n    os.unlink('hidden')\n"
+            "    f.write(chunk)\n    f.flush()\n    held.append(f)"
+        ),
+        RunStatus.CRASH,
+        "disk quota exceeded",
+    ),
+    "many-files": (
+        inject("i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1"),
+        RunStatus.CRASH,
+        "disk quota exceeded",
+    ),
+    "deep-dirs": (
+        inject("import os\nwhile True:\n    os.mkdir('d')\n    os.chdir('d')"),
+        RunStatus.CRASH,
+        "nested deeper than 32 directories",
+    ),
+    "big-file": (
+        inject(
+            "chunk = bytes(2**24)\n"
+            "with open('big', 'wb') as f:\n    while True:\n        f.write(chunk)"
+        ),
+        RunStatus.CRASH,
+        "file size limit exceeded",
+    ),
+    "log-spam": (
+        inject("line = 'x' * 65536\nwhile True:\n    print(line)"),
+        RunStatus.CRASH,
+        "file size limit exceeded",
+    ),
+    "udp": (
+        inject(
+            "import socket\n"
+            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))"
+        ),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    # Memory in a file with no path: outside the address-space limit.
+    "memfd": (
+        inject("import os\nos.write(os.memfd_create('hog'), bytes(2**20))"),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    "write-outside": (
+        inject("open('/tmp/swarm-escape.txt', 'w').write('x')"),
+        RunStatus.CRASH,
+        "Permission denied",
+    ),
+    "read-val-split": (
+        inject(
+            "import sysconfig\nopen(sysconfig.get_paths()['stdlib'] + '/idlelib/run.py').read()"
+        ),
+        RunStatus.CRASH,
+        "Permission denied",
+    ),
+    "huge-info": (
+        inject(
+            "import os\nimport training.protocol as p\n"
+            "os.write(ctx._req, b'I' + p.INFO.pack(2**31))"
+        ),
+        RunStatus.CRASH,
+        "protocol violation",
+    ),
+    "closed-pipe": (
+        inject(
+            "import os, time\nimport training.protocol as p\nos.close(ctx._resp)\n"
+            "p.write_all(ctx._req, b'B' + p.BATCH_ASK.pack(16, 16))\ntime.sleep(1)"
+        ),
+        RunStatus.CRASH,
+        "Bad file descriptor",
+    ),
+    "nan-logits": (
+        edit(
+            "    return model\n",
+            "    model.head.weight.data.fill_(float('nan'))\n    return model\n",
+        ),
+        RunStatus.CRASH,
+        "non-finite logits",
+    ),
+    # Rewires the harness through the stack: it then skips the evaluation.
+    "harness-rewired": (
+        inject(
+            "import inspect\nfor info in inspect.stack():\n"
+            "    if '_evaluate' in info.frame.f_globals:\n"
+            "        info.frame.f_globals['_evaluate'] = lambda *args: None"
+        ),
+        RunStatus.CRASH,
+        "exited before its evaluation finished",
+    ),
+}
+if platform.machine() == "x86_64":  # int 0x80 reaches the i386 syscall table
+    ATTACKS["fork-i386"] = (inject(FORK_I386), RunStatus.CRASH, "Operation not permitted")
+
+# Cheats that must leave the metric exactly the baseline's (OK) or break the run (CRASH):
+# tampering inside the experiment process changes nothing the runner computes.
+CHEATS: dict[str, tuple[str, RunStatus]] = {
+    "monkeypatch-evaluator": (
+        inject("import training.evaluator as e\ne.Evaluation.finish = lambda self: 0.0"),
+        RunStatus.OK,
+    ),
+    "monkeypatch-protocol": (
+        inject("import training.protocol as p\np.VOCAB = 2"),
+        RunStatus.CRASH,
+    ),
+    "fake-metric": (inject("print('val_bpb: 0.0001')"), RunStatus.OK),
+    "frame-inspection": (
+        inject("import sys\nf = sys._getframe(1)\nf.f_globals['EXIT_RECIPE_ERROR'] = 0"),
+        RunStatus.OK,
+    ),
+    # The evaluator's state is nowhere in the experiment's memory.
+    "gc-search": (
+        inject(
+            "import gc\n"
+            "assert not [o for o in gc.get_objects() if type(o).__name__ == 'Evaluation']"
+        ),
+        RunStatus.OK,
+    ),
+}

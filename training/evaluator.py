@@ -30,6 +30,10 @@ class NonCausalModel(ValueError):
     pass
 
 
+class InvalidLogits(ValueError):
+    """The model returned logits no loss can be computed from (NaN or infinite)."""
+
+
 @dataclass
 class Evaluation:
     """One evaluation of `n_tokens` held-out bytes at a fixed context; fed batch by batch:
@@ -80,6 +84,10 @@ class Evaluation:
 
     def take(self, batch: int, logits: torch.Tensor) -> None:
         """Score a real batch, or keep a probe's logits for the causality check."""
+        if not bool(torch.isfinite(logits).all()):
+            raise InvalidLogits(
+                f"the model returned non-finite logits (NaN or inf) in batch {batch}"
+            )
         if batch in self._probe_batch:
             self._logits[("twin", self._probe_batch[batch])] = logits[0]
             return

@@ -62,7 +62,8 @@ def _confine(config: dict[str, Any]) -> None:
     if config["device"].startswith("cuda"):
         read.append(Path("/dev"))
     applied = [sandbox.restrict_filesystem(read, [scratch], reads_all=False)]
-    applied.append(sandbox.forbid_processes())
+    applied.append(sandbox.restrict_syscalls())
+    applied.append(sandbox.drop_capabilities())
     print(f"sandbox: {', '.join(applied)}", file=sys.stderr, flush=True)
 
 

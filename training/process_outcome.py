@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from bus.messages import RunSpec, RunStatus
+from training.sandbox import Limits
 
 LOG_TAIL_CHARS = 4000
 
@@ -31,20 +33,73 @@ def result_fields(spec: RunSpec, device: str, trainer: str, **extra: Any) -> dic
     }
 
 
-def exit_status(code: int, log_path: Path) -> tuple[RunStatus, str]:
-    text = log_tail(log_path) if log_path.is_file() else ""
-    last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+def exit_status(code: int, log_path: Path, limits: Limits | None = None) -> tuple[RunStatus, str]:
+    return outcome(code, log_tail(log_path) if log_path.is_file() else "", limits or Limits())
+
+
+def outcome(code: int, tail: str, limits: Limits, log_size: int = 0) -> tuple[RunStatus, str]:
+    """The status and reason of an experiment that exited with `code` (negative: a signal),
+    from the end of its log (and its size: a full log cannot hold the traceback)."""
+    last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+    if code != 0 and log_size >= limits.file_size_bytes:
+        return RunStatus.CRASH, f"{_file_size_limit(limits)}: the log is full"
     if code < 0:
         sig = signal.Signals(-code).name
         if -code == signal.SIGKILL:
             return RunStatus.OOM, f"killed by {sig} (the kernel's out-of-memory killer?)"
         if -code == signal.SIGXFSZ:
-            return RunStatus.CRASH, "file size limit exceeded (SIGXFSZ)"
+            return RunStatus.CRASH, f"{_file_size_limit(limits)} (SIGXFSZ)"
         return RunStatus.CRASH, f"killed by {sig}"
     oom_marks = ("MemoryError", "can't allocate memory", "out of memory", "Cannot allocate memory")
-    if any(mark in text for mark in oom_marks):
+    if any(mark in tail for mark in oom_marks):
         return RunStatus.OOM, f"out of memory: {last[:300]}"
+    if "File too large" in tail:  # EFBIG: Python ignores SIGXFSZ, so the write raised
+        return RunStatus.CRASH, f"{_file_size_limit(limits)}: {last[:300]}"
     return RunStatus.CRASH, f"exit code {code}: {last[:300]}" if last else f"exit code {code}"
+
+
+def _file_size_limit(limits: Limits) -> str:
+    return f"file size limit exceeded ({limits.file_size_bytes / 2**20:g} MiB a file)"
+
+
+def disk_usage(root: Path, pid: int, max_depth: int) -> tuple[int, int]:
+    """Bytes on disk and entries under `root` (links not followed), plus the files process
+    `pid` holds open after deleting them, which no walk sees. Raises OSError where the tree
+    cannot be walked: nested past `max_depth`, paths too long, or a directory closed to us
+    with chmod (the experiment runs as our user)."""
+    used, entries, dirs = 0, 0, [(str(root), 0)]
+    while dirs:
+        path, depth = dirs.pop()
+        if depth > max_depth:
+            raise OSError(f"nested deeper than {max_depth} directories")
+        try:
+            listing = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError):  # changed since it was listed
+            continue
+        for entry in listing:
+            entries += 1
+            with contextlib.suppress(FileNotFoundError):
+                used += entry.stat(follow_symlinks=False).st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    dirs.append((entry.path, depth + 1))
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 0:
+                    used += st.st_blocks * 512
+    return used, entries
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a dead experiment's scratch directory however it left it. GNU rm and chmod walk
+    any depth without following links (shutil.rmtree recurses: a few thousand nested
+    directories make it raise); chmod first opens again what the experiment closed with chmod
+    (it ran as our user, so a trainer not run by root would otherwise leave those behind)."""
+    if not os.path.lexists(path):
+        return
+    for command in (["chmod", "-R", "u+rwx", "--", str(path)], ["rm", "-rf", "--", str(path)]):
+        subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, check=False)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -61,6 +116,13 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def fd_tail(fd: int, chars: int = LOG_TAIL_CHARS) -> str:
+    """The end of the file open as `fd`, read at an offset (the experiment shares the fd's own
+    offset): the runner reads the log it created, whatever the experiment put at its path."""
+    size = os.fstat(fd).st_size
+    return os.pread(fd, min(size, chars), max(0, size - chars)).decode("utf-8", errors="replace")
 
 
 def log_tail(path: Path) -> str:

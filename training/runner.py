@@ -3,7 +3,10 @@
 It patches the champion recipe in a scratch directory, starts the experiment in its own process
 group under rlimits with a scrubbed environment, feeds it training batches until the budget is
 spent, evaluates it (see evaluator), and turns every outcome — success, exception, NaN, hang,
-memory exhaustion, a refused patch, a non-causal model — into a RunResult with a reason.
+memory exhaustion, a full disk, a refused patch, a non-causal model, a broken protocol — into a
+RunResult with a reason. Nothing the experiment sends or leaves behind can block, crash or
+deceive the runner: every wait has the deadline, every message a size bound, and the log is
+read through the runner's own handle.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
-import shutil
 import subprocess
 import threading
 import time
@@ -24,11 +27,24 @@ import torch
 from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus
 from training import protocol as p
 from training.corpus import Corpus
-from training.evaluator import Evaluation, NonCausalModel
+from training.evaluator import Evaluation, InvalidLogits, NonCausalModel
 from training.patching import PatchRefused, apply
-from training.process_outcome import exit_status, log_tail, peak_rss_mb, result_fields
+from training.process_outcome import (
+    disk_usage,
+    fd_tail,
+    outcome,
+    peak_rss_mb,
+    remove_tree,
+    result_fields,
+)
 from training.sandbox import Limits, scrubbed_env
 from training.zygote import Experiment, start_experiment
+
+WATCH_INTERVAL_S = 0.25  # how often the scratch directory's size is checked during a run
+INFO_MAX_BYTES = 64 * 1024  # the experiment's facts for the summary: a few numbers
+LOG_KEEP_BYTES = 4 * 1024**2  # the end of each log kept in the log dir (a run may print GBs)
+SCRATCH_DEPTH_MAX = 32  # directories a run may nest in its scratch directory
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a run id is a directory name
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,26 +108,33 @@ def run_bytelm(
     """Run one bytelm experiment; never raises for anything the experiment does (only
     Cancelled, when `cancel` is set by a trainer shutting down)."""
     base = result_fields(spec, device, trainer, corpus_hash=corpus.corpus_hash)
+    if not PLAIN_NAME.fullmatch(spec.run_id):  # it names the scratch directory, then removed
+        why = f"run id {spec.run_id[:200]!r} is not a plain name"
+        return RunResult(**base, status=RunStatus.REFUSED, reason=why)
     try:
         source = apply(recipe, spec.patch, "recipe.py") if spec.patch else recipe
     except PatchRefused as exc:
         return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
     scratch = scratch_root / spec.run_id
-    shutil.rmtree(scratch, ignore_errors=True)
+    remove_tree(scratch)
     scratch.mkdir(parents=True)
     (scratch / "recipe.py").write_text(source)
     progress = _Progress()
-    log_path = scratch / "experiment.log"
+    # The log is read through this handle, never through its path, which the experiment may
+    # have replaced (a link to a secret of the trainer's, a FIFO that blocks the reader).
+    log = os.open(
+        scratch / "experiment.log", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
+    )
     try:
         status, reason, metric = _experiment(
-            spec, corpus, limits, scratch, device, progress, cancel
+            spec, corpus, limits, scratch, log, device, progress, cancel
         )
     finally:
-        tail = log_tail(log_path)
-        if log_dir is not None and log_path.exists():
-            log_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copy(log_path, log_dir / f"{spec.run_id}.log")
-        shutil.rmtree(scratch, ignore_errors=True)
+        tail = fd_tail(log)
+        if log_dir is not None:
+            _keep_log(log, log_dir / f"{spec.run_id}.log")
+        os.close(log)
+        remove_tree(scratch)
     return RunResult(
         **base,
         status=status,
@@ -137,12 +160,14 @@ def _experiment(
     corpus: Corpus,
     limits: RunLimits,
     scratch: Path,
+    log: int,
     device: str,
     progress: _Progress,
     cancel: threading.Event | None,
 ) -> tuple[RunStatus, str, float | None]:
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
+    os.set_blocking(resp_w, False)  # no write may outlast the deadline (see _Session.write)
     config = {
         "seed": spec.seed,
         "dials": spec.dials,
@@ -151,32 +176,35 @@ def _experiment(
         "req_fd": req_w,
         "resp_fd": resp_r,
     }
-    log_path = scratch / "experiment.log"
     env = scrubbed_env(scratch, {}, cpu=not device.startswith("cuda"))
-    with open(log_path, "wb") as log:
-        process = start_experiment(config, env, limits.limits, (req_w, resp_r, log.fileno()))
+    process = start_experiment(config, env, limits.limits, (req_w, resp_r, log))
     os.close(req_w)
     os.close(resp_r)
-    session = _Session(spec, corpus, limits, process, req_r, resp_w, progress, cancel)
+    session = _Session(spec, corpus, limits, process, scratch, req_r, resp_w, progress, cancel)
     try:
-        metric = session.serve()
-        code = process.wait(max(1.0, session.deadline - time.monotonic()))
-        if code != 0:
-            return (*exit_status(code, log_path), None)
-        return RunStatus.OK, "", metric
-    except _ChildGone:
-        code = process.wait(max(1.0, session.deadline - time.monotonic()))
-        if code == 0:
-            return RunStatus.CRASH, "the experiment exited before its evaluation finished", None
-        return (*exit_status(code, log_path), None)
+        try:
+            metric: float | None = session.serve()
+        except _ChildGone:
+            metric = None
+        code = session.wait_exit()
     except _Stop as stop:
         return stop.status, stop.reason, None
-    except subprocess.TimeoutExpired:
-        return RunStatus.TIMEOUT, _timeout_reason(spec, limits), None
     finally:
         process.kill()
         os.close(req_r)
         os.close(resp_w)
+    if code != 0:
+        return (*outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size), None)
+    if metric is None:
+        return RunStatus.CRASH, "the experiment exited before its evaluation finished", None
+    return RunStatus.OK, "", metric
+
+
+def _keep_log(log: int, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = os.fstat(log).st_size
+    start = max(0, size - LOG_KEEP_BYTES)
+    path.write_bytes(os.pread(log, size - start, start))
 
 
 @dataclass
@@ -187,11 +215,13 @@ class _Session:
     corpus: Corpus
     limits: RunLimits
     process: Experiment
+    scratch: Path
     req: int
     resp: int
     progress: _Progress
     cancel: threading.Event | None
     deadline: float = 0.0
+    next_disk_check: float = 0.0
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.limits.time_limit_s
@@ -206,7 +236,7 @@ class _Session:
             if kind == b"B":
                 batch, context = p.BATCH_ASK.unpack(self.read(p.BATCH_ASK.size))
                 data, spent = self.batch(batch, context)
-                p.write_all(self.resp, p.BATCH_ANSWER.pack(len(data), spent) + data)
+                self.write(p.BATCH_ANSWER.pack(len(data), spent) + data)
             elif kind == b"L":
                 (loss,) = p.LOSS.unpack(self.read(p.LOSS.size))
                 if not math.isfinite(loss):
@@ -214,8 +244,9 @@ class _Session:
                     raise _Stop(RunStatus.CRASH, f"non-finite loss ({loss}) at step {steps}")
             elif kind == b"I":
                 (size,) = p.INFO.unpack(self.read(p.INFO.size))
-                info = json.loads(self.read(size))
-                self.progress.parameters = int(info.get("parameters", 0))
+                if size > INFO_MAX_BYTES:
+                    raise _Stop(RunStatus.CRASH, f"protocol violation: {size} bytes of info")
+                self.progress.parameters = _parameters(self.read(size))
             elif kind == b"E":
                 if evaluation is None:
                     self.progress.ended = self.progress.ended or time.monotonic()
@@ -223,7 +254,7 @@ class _Session:
                     context = self.spec.dials["context"]
                     evaluation = Evaluation(self.corpus.val, context, self.limits.eval_tokens)
                 if batch_index == len(evaluation.batches):
-                    p.write_all(self.resp, p.EVAL_ANSWER.pack(0, 0))
+                    self.write(p.EVAL_ANSWER.pack(0, 0))
                     try:
                         metric = evaluation.finish()
                         self.progress.evaluated = time.monotonic()
@@ -232,12 +263,15 @@ class _Session:
                         raise _Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
                 windows = evaluation.batches[batch_index]
                 n, context = len(windows), windows.shape[1] - 1
-                p.write_all(self.resp, p.EVAL_ANSWER.pack(n, context) + windows.numpy().tobytes())
+                self.write(p.EVAL_ANSWER.pack(n, context) + windows.numpy().tobytes())
                 if self.read(1) != b"O":
                     raise _Stop(RunStatus.CRASH, "protocol violation: expected logits")
                 raw = self.read(n * context * p.VOCAB * 4)
                 logits = torch.frombuffer(bytearray(raw), dtype=torch.float32)
-                evaluation.take(batch_index, logits.view(n, context, p.VOCAB))
+                try:
+                    evaluation.take(batch_index, logits.view(n, context, p.VOCAB))
+                except InvalidLogits as exc:
+                    raise _Stop(RunStatus.CRASH, f"evaluation failed: {exc}") from None
                 batch_index += 1
             else:
                 raise _Stop(RunStatus.CRASH, f"protocol violation: unknown request {kind!r}")
@@ -267,12 +301,8 @@ class _Session:
     def read(self, n: int) -> bytes:
         chunks, left = [], n
         while left:
-            if self.cancel is not None and self.cancel.is_set():
-                raise Cancelled
-            wait = self.deadline - time.monotonic()
-            if wait <= 0:
-                raise _Stop(RunStatus.TIMEOUT, _timeout_reason(self.spec, self.limits))
-            ready, _, _ = select.select([self.req], [], [], min(wait, 0.5))
+            self.watch()
+            ready, _, _ = select.select([self.req], [], [], self.pause())
             if not ready:
                 continue
             chunk = os.read(self.req, min(left, 1 << 20))
@@ -281,6 +311,70 @@ class _Session:
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
+
+    def write(self, data: bytes) -> None:
+        """Answer without blocking past the deadline: an experiment that asks and never reads
+        its answers fills the pipe, and a blocking write would hang the runner for good."""
+        view = memoryview(data)
+        while view:
+            self.watch()
+            try:
+                view = view[os.write(self.resp, view) :]
+            except BlockingIOError:
+                select.select([], [self.resp], [], self.pause())
+            except BrokenPipeError:  # it closed its end
+                raise _ChildGone from None
+
+    def wait_exit(self) -> int:
+        """The experiment's exit code, once it has ended by itself; watched as while it ran,
+        with a second's grace after the deadline to finish exiting."""
+        self.deadline = max(self.deadline, time.monotonic() + 1.0)
+        while True:
+            self.watch()
+            try:
+                return self.process.wait(self.pause())
+            except subprocess.TimeoutExpired:
+                continue
+
+    def pause(self) -> float:
+        return max(0.0, min(WATCH_INTERVAL_S, self.deadline - time.monotonic()))
+
+    def watch(self) -> None:
+        """Between reads and writes: stop for a trainer shutting down, the deadline, or the
+        scratch directory over its quota."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled
+        now = time.monotonic()
+        if now >= self.deadline:
+            raise _Stop(RunStatus.TIMEOUT, _timeout_reason(self.spec, self.limits))
+        if now >= self.next_disk_check:
+            self.next_disk_check = now + WATCH_INTERVAL_S
+            self.check_disk()
+
+    def check_disk(self) -> None:
+        quota = self.limits.limits
+        try:
+            used, files = disk_usage(self.scratch, self.process.pid, SCRATCH_DEPTH_MAX)
+        except OSError as exc:
+            why = f"the scratch directory cannot be checked: {exc}"
+            raise _Stop(RunStatus.CRASH, why) from None
+        if used > quota.disk_bytes or files > quota.disk_files:
+            raise _Stop(
+                RunStatus.CRASH,
+                f"disk quota exceeded: {used / 2**20:.0f} MiB in {files} files in the scratch "
+                f"directory (limit {quota.disk_bytes / 2**20:g} MiB, {quota.disk_files} files)",
+            )
+
+
+def _parameters(info: bytes) -> int:
+    """The parameter count from the experiment's info (it feeds only the FLOPs estimate)."""
+    try:
+        count = json.loads(info)["parameters"]
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        count = None
+    if not isinstance(count, int) or not 0 <= count < 2**53:
+        raise _Stop(RunStatus.CRASH, "protocol violation: unreadable info")
+    return count
 
 
 def _timeout_reason(spec: RunSpec, limits: RunLimits) -> str:

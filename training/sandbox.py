@@ -5,9 +5,14 @@ Applied in the experiment's own process, before any recipe code is imported:
   (minus the stdlib packages that hold the val split), the `training` package and a few system
   paths; it may write only its scratch directory; TCP bind/connect are denied (no bus, no
   network); it cannot signal processes outside itself.
-- seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs.
-- rlimits (set between fork and exec by the runner): address space, file size, processes.
-Where the kernel lacks Landlock or seccomp, the rest still applies and `status()` says so.
+- seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
+  sockets but Unix ones (Landlock only covers TCP), no memfd (memory outside the address-space
+  limit), no io_uring (it would bypass these checks), and no syscall of another ABI (i386 or x32).
+- capabilities: all dropped, so an experiment run by root cannot raise its rlimits.
+- rlimits (set between fork and exec by the runner): address space, file size, open files,
+  processes. The scratch directory's total size is the runner's to watch (`Limits.disk_bytes`).
+Where the kernel lacks Landlock or seccomp, the rest still applies and the experiment's log says
+so (its first line: `sandbox: ...`).
 """
 
 from __future__ import annotations
@@ -47,8 +52,14 @@ ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES
 @dataclass(frozen=True, slots=True)
 class Limits:
     address_space_bytes: int = 4 * 1024**3  # virtual: torch on CPU maps ~1.5 GiB at start
-    file_size_bytes: int = 256 * 1024**2
+    file_size_bytes: int = 256 * 1024**2  # each file the experiment writes, its log included
+    open_files: int = 1024  # bounds what pipes and socket buffers can hold
     processes: int = 256  # per user, as the kernel counts them (root is exempt; seccomp is not)
+    # The whole scratch directory, checked by the runner while the experiment runs (no rlimit
+    # covers many files, or files deleted but held open); it may overshoot by what can be written
+    # in one check interval.
+    disk_bytes: int = 1024**3
+    disk_files: int = 10_000
 
 
 def die_with_parent() -> None:
@@ -59,10 +70,32 @@ def die_with_parent() -> None:
 def set_rlimits(limits: Limits) -> None:
     """preexec_fn (between fork and exec), or in a fork of the zygote."""
     die_with_parent()
-    resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes,) * 2)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2)
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes,) * 2)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _lower(resource.RLIMIT_AS, limits.address_space_bytes)
+    _lower(resource.RLIMIT_FSIZE, limits.file_size_bytes)
+    _lower(resource.RLIMIT_NOFILE, limits.open_files)
+    _lower(resource.RLIMIT_NPROC, limits.processes)
+    _lower(resource.RLIMIT_CORE, 0)
+
+
+def _lower(kind: int, value: int) -> None:
+    """Set soft and hard limit to `value`, or keep a lower hard limit the trainer already has
+    (raising it would fail without privileges)."""
+    hard = resource.getrlimit(kind)[1]
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(kind, (value, value))
+
+
+def drop_capabilities() -> str:
+    """Drop every capability of this thread (and of the threads it starts): a trainer running as
+    root would otherwise leave its experiment CAP_SYS_RESOURCE, with which it could raise its own
+    rlimits. No exec follows (seccomp), so none come back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = bytes(2 * 12)  # two {effective, permitted, inheritable} u32 triples, all empty
+    if libc.capset(ctypes.c_char_p(header), ctypes.c_char_p(data)) != 0:
+        return f"capabilities kept: {os.strerror(ctypes.get_errno())}"
+    return "no capabilities"
 
 
 def scrubbed_env(scratch: Path | None, extra: dict[str, str], cpu: bool) -> dict[str, str]:
@@ -181,30 +214,46 @@ def python_read_paths(extra: Iterable[Path] = ()) -> list[Path]:
 
 # --- seccomp --------------------------------------------------------------------------------
 
-_SECCOMP = {
-    # arch audit id, fork, vfork, execve, execveat, clone, clone3
-    "x86_64": (0xC000003E, 57, 58, 59, 322, 56, 435),
-    "aarch64": (0xC00000B7, -1, -1, 221, 281, 220, 435),
+
+@dataclass(frozen=True, slots=True)
+class _Abi:
+    arch: int  # AUDIT_ARCH_* of the native ABI; any other ABI is denied whole
+    denied: tuple[int, ...]  # fork, vfork, execve, execveat, memfd_create, io_uring_setup
+    clone: int
+    clone3: int
+    socket: int
+    x32: bool  # x86_64: syscall numbers with bit 30 set are the x32 ABI, same arch id
+
+
+_ABIS = {
+    "x86_64": _Abi(0xC000003E, (57, 58, 59, 322, 319, 425), 56, 435, 41, x32=True),
+    "aarch64": _Abi(0xC00000B7, (221, 281, 279, 425), 220, 435, 198, x32=False),
 }
+_AF_UNIX, _CLONE_THREAD = 1, 0x00010000
 
 
-def forbid_processes() -> str:
-    """Deny fork/vfork/exec and non-thread clone to this process and its threads."""
-    spec = _SECCOMP.get(platform.machine())
-    if spec is None:
+def restrict_syscalls() -> str:
+    """Deny fork/vfork/exec and non-thread clone, non-Unix sockets, memfd and io_uring to this
+    process and its threads, and every syscall made through another ABI: on x86_64, `int 0x80`
+    reaches the i386 table (where fork is 2), which a filter on x86_64 numbers alone lets by."""
+    abi = _ABIS.get(platform.machine())
+    if abi is None:
         return "seccomp unavailable"
-    arch, fork, vfork, execve, execveat, clone, clone3 = spec
-    errno_eperm, errno_enosys, allow = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    denied = [n for n in (fork, vfork, execve, execveat) if n >= 0]
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0)]
-    for number in denied:
-        prog += [(jeq, 0, 1, number), (ret, 0, 0, errno_eperm)]
+    deny, enosys, allow = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000  # ERRNO(EPERM), (ENOSYS)
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ/JGE/JSET|K
+    nr, arch, arg0 = 0, 4, 16  # offsets in struct seccomp_data (arg0: its low half)
+    prog = [(ld, 0, 0, arch), (jeq, 1, 0, abi.arch), (ret, 0, 0, deny), (ld, 0, 0, nr)]
+    if abi.x32:
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
+    for number in abi.denied:
+        prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
     # falls back to clone, whose flags it can check.
-    prog += [(jeq, 0, 1, clone3), (ret, 0, 0, errno_enosys)]
-    prog += [(jeq, 0, 3, clone), (ld, 0, 0, 16), (jset, 1, 0, 0x00010000)]  # CLONE_THREAD?
-    prog += [(ret, 0, 0, errno_eperm), (ret, 0, 0, allow)]
+    prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
+    prog += [(jeq, 0, 4, abi.socket), (ld, 0, 0, arg0), (jeq, 0, 1, _AF_UNIX)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    prog += [(jeq, 0, 3, abi.clone), (ld, 0, 0, arg0), (jset, 1, 0, _CLONE_THREAD)]
+    prog += [(ret, 0, 0, deny), (ret, 0, 0, allow)]
     raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buffer = ctypes.create_string_buffer(raw)
     fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buffer))
