@@ -205,6 +205,9 @@ async def ledger(nc: Client, tmp_path: Path) -> AsyncIterator[LedgerService]:
         sql_timeout_s=2,
         max_message_bytes=64 * 1024,
     )
+    # The streams' message limit is the ledger's, as `swarm start` sets it up (the ledger's own
+    # NATS user may not change streams).
+    await ensure_streams(nc.jetstream(), options.max_message_bytes)
     service = LedgerService(nc, options)
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
