@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from bus.messages import RunResult, RunStatus  # noqa: E402
 from bus.nats_bus import BusSettings, connect, publish_event  # noqa: E402
+from bus.roles import Role  # noqa: E402
 from swarm.sql_client import LedgerUnavailable, ask_ledger  # noqa: E402
 from swarm.workspace import Workspace  # noqa: E402
 
@@ -133,9 +134,12 @@ async def main() -> None:
         while (settings := workspace.read_bus_settings()) is None or await count_rows(settings) < 0:
             await asyncio.sleep(0.2)
         print(f"ledger bench: {args.events:,} RunResults, workspace {root}")
+        # Results come from the trainer role: the embedded server refuses them from the CLI's.
+        trainer = workspace.read_bus_settings(Role.TRAINER)
+        assert trainer is not None
 
         start = time.perf_counter()
-        publish_s = await publish(settings, args.events, args.window)
+        publish_s = await publish(trainer, args.events, args.window)
         done = await wait_for_rows(settings, args.events)
         ingest_s = done - start
         print(f"publish rate      {args.events / publish_s:10,.0f} results/s ({publish_s:.1f} s)")
@@ -155,7 +159,7 @@ async def main() -> None:
         backlog = min(args.events, 40_000)
         base = args.events
         signal_ledger(ledger_pid, signal.SIGSTOP)
-        nc = await connect(settings, "bench-backlog")
+        nc = await connect(trainer, "bench-backlog")
         js = nc.jetstream()
         for first in range(base, base + backlog, args.window):
             msgs = [result(i) for i in range(first, min(base + backlog, first + args.window))]

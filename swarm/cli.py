@@ -14,6 +14,7 @@ from agents.llm_setup import LlmSetupError
 from bus.embedded_server import NatsServerError
 from bus.messages import RunStatus
 from bus.nats_bus import BusSettings, BusUnavailable, connect
+from bus.roles import Role
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import event_loop, people
@@ -273,7 +274,7 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
     elif args.command == "ladder":
         await run_ladder(config, workspace)
     elif args.command == "agents":
-        settings = _bus_to_join(config, workspace)
+        settings = _bus_to_join(config, workspace, Role.RESEARCHER)
         from swarm.agents_process import run_agents  # autogen-core and the SDKs: slow imports
 
         await run_agents(config, workspace, settings, config.agents.count, args.name)
@@ -296,16 +297,17 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         print(summary(result, result.metric_name))
         return 0 if result.status == RunStatus.OK else 1
     elif args.command == "worker":
-        settings = _bus_to_join(config, workspace)
+        settings = _bus_to_join(config, workspace, Role.TRAINER)
         from swarm.training_setup import run_worker
 
         await run_worker(config, workspace, settings, args.tiers)
     return 0
 
 
-def _bus_to_join(config: SwarmConfig, workspace: Workspace) -> BusSettings:
-    """--nats URL, or the swarm running in this workspace (worker and agents join either)."""
-    settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings()
+def _bus_to_join(config: SwarmConfig, workspace: Workspace, role: Role) -> BusSettings:
+    """--nats URL, or the swarm running in this workspace (worker and agents join either, as
+    their role where the swarm runs its embedded server)."""
+    settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings(role)
     if settings is None:
         raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")
     return settings

@@ -40,6 +40,12 @@ class BusConfig:
     tls_key: str = ""
     max_payload_bytes: int = 8 * 1024 * 1024  # embedded server only; NATS' default is 1 MiB
     connect_timeout_s: float = 5.0
+    # The embedded server only: where it listens ("0.0.0.0:4222" lets other hosts join; empty:
+    # loopback, a free port) and its own TLS certificate, key and (mutual TLS) client CA.
+    listen: str = ""
+    server_tls_cert: str = ""
+    server_tls_key: str = ""
+    server_tls_client_ca: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +202,45 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SwarmConfig:
     config = _build(SwarmConfig, data, "", source)
     assert isinstance(config, SwarmConfig)
     check_brains(config, source)
+    check_bus(config.bus, source)
     return config
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """`bus.listen` as (host, port); "" is loopback with a port the server picks (-1)."""
+    if not listen:
+        return "127.0.0.1", -1
+    host, sep, port = listen.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"expected HOST:PORT such as 0.0.0.0:4222, got {listen!r}")
+    return host, int(port)
+
+
+def check_bus(bus: BusConfig, source: str = "config") -> None:
+    """The embedded server's listener and TLS files, and the client TLS pair, fit together."""
+    try:
+        listen_address(bus.listen)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: bus.listen: {exc}") from None
+    for have, need in (
+        ("server_tls_cert", "server_tls_key"),
+        ("server_tls_key", "server_tls_cert"),
+    ):
+        if getattr(bus, have) and not getattr(bus, need):
+            raise ConfigError(f"{source}: bus.{have} needs bus.{need} too")
+    if bus.server_tls_client_ca and not bus.server_tls_cert:
+        raise ConfigError(
+            f"{source}: bus.server_tls_client_ca needs bus.server_tls_cert and server_tls_key"
+        )
+    if bus.server_tls_client_ca and not bus.tls_cert and not bus.url:
+        raise ConfigError(
+            f"{source}: bus.server_tls_client_ca (mutual TLS) needs bus.tls_cert (and tls_key): "
+            "the swarm's own processes connect with that client certificate"
+        )
+    for key in ("server_tls_cert", "server_tls_key", "server_tls_client_ca"):
+        path = getattr(bus, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{source}: bus.{key}: no such file {path!r}")
 
 
 def check_brains(config: SwarmConfig, source: str = "config") -> None:

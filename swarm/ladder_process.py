@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 from bus.nats_bus import connect
+from bus.roles import Role
 from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import load_ladder
@@ -57,7 +58,7 @@ def make_ladder(config: SwarmConfig) -> Ladder:
 
 
 async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:
-    settings = workspace.read_bus_settings()
+    settings = workspace.read_bus_settings(Role.LADDER)
     if settings is None:
         raise SwarmNotRunning(f"no bus settings in {workspace.bus_file}: is the swarm started?")
     ladder = make_ladder(config)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from bus.nats_bus import connect
+from bus.roles import Role
 from ledger.service import LedgerOptions, LedgerService
 from swarm.config import SwarmConfig
 from swarm.event_loop import stop_on_signals
@@ -32,7 +33,7 @@ def ledger_options(config: SwarmConfig, workspace: Workspace) -> LedgerOptions:
 
 
 async def run_ledger(config: SwarmConfig, workspace: Workspace) -> None:
-    settings = workspace.read_bus_settings()
+    settings = workspace.read_bus_settings(Role.LEDGER)
     if settings is None:
         raise SwarmNotRunning(f"no bus settings in {workspace.bus_file}: is the swarm started?")
     stop = asyncio.Event()

@@ -19,10 +19,18 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from rich.console import Console
 
-from bus.embedded_server import EmbeddedNatsServer, NatsServerError, write_private
+from bus.champion_store import champion_bucket
+from bus.embedded_server import (
+    LOOPBACK_HOSTS,
+    EmbeddedNatsServer,
+    NatsServerError,
+    ServerTls,
+    write_private,
+)
 from bus.nats_bus import BusSettings, connect
+from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
-from swarm.config import SwarmConfig, dump_config
+from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder
 from swarm.live_view import LiveView, gather_snapshot
@@ -67,18 +75,27 @@ async def start_swarm(
     try:
         if config.bus.url:
             settings = bus_settings(config)
+            workspace.write_bus_settings(settings)
         else:
-            server = EmbeddedNatsServer(
-                workspace.run_dir, workspace.jetstream_dir, config.bus.max_payload_bytes
+            server = embedded_server(config, workspace)
+            b = config.bus  # this machine's processes: TLS as clients, credentials per role
+            local = BusSettings(
+                server.start(), tls_ca=b.tls_ca, tls_cert=b.tls_cert, tls_key=b.tls_key
             )
-            settings = BusSettings(server.start(), token=server.token)
-        workspace.write_bus_settings(settings)
+            workspace.write_bus_settings(local, per_role=True)
+            settings = workspace.read_bus_settings(Role.SUPERVISOR) or local
         nc = await connect(settings, "swarm-supervisor", config.bus.connect_timeout_s)
         try:
             await ensure_streams(nc.jetstream(), config.bus.max_payload_bytes)
+            await champion_bucket(nc.jetstream())  # here, so no other role may create streams
             delay = config.ledger.restart_delay_s
             effective = workspace.run_dir / "swarm.toml"  # children run with exactly this config
-            write_private(effective, dump_config(config))
+            # The embedded server has per-role users: a token or password from the environment
+            # is of no use to the children there, so it is not written to disk.
+            quiet = (
+                config if config.bus.url else with_overrides(config, "bus", token="", password="")
+            )
+            write_private(effective, dump_config(quiet))
             # Only the agents need the LLM keys: no other process ever sees them.
             keys = (config.llm.anthropic_api_key_env, config.llm.openai_api_key_env)
             for name in ("ledger", "ladder"):
@@ -148,6 +165,29 @@ async def start_swarm(
         lock.close()
         print("swarm: stopped", file=out, flush=True)
     await _farewell(config, workspace, out)
+
+
+def embedded_server(config: SwarmConfig, workspace: Workspace) -> EmbeddedNatsServer:
+    """The swarm's own nats-server: one user per role (passwords kept in the workspace), where
+    `bus.listen` says, with TLS when `bus.server_tls_cert` is set."""
+    b = config.bus
+    host, port = listen_address(b.listen)
+    tls = ServerTls(b.server_tls_cert, b.server_tls_key, b.server_tls_client_ca)
+    if host not in (*LOOPBACK_HOSTS, "::1") and not b.server_tls_cert:
+        log.warning(
+            "bus.listen %s reaches beyond this machine without TLS: passwords and messages "
+            "cross the network in clear; set bus.server_tls_cert and bus.server_tls_key",
+            b.listen,
+        )
+    return EmbeddedNatsServer(
+        workspace.run_dir,
+        workspace.jetstream_dir,
+        b.max_payload_bytes,
+        host=host,
+        port=port,
+        authorization=authorization_block(workspace.role_passwords()),
+        tls=tls if b.server_tls_cert else None,
+    )
 
 
 async def _farewell(config: SwarmConfig, workspace: Workspace, out: TextIO) -> None:

@@ -3,6 +3,10 @@
 A running swarm holds an exclusive lock on `run/swarm.lock` (released by the kernel if the process
 dies, even by SIGKILL) and writes `run/bus.json` (mode 0600: it may hold the bus token) so
 `swarm sql`, `swarm status` and the ledger process find the bus.
+
+With the embedded server, each role has its own NATS user: `run/creds/<role>.json` (mode 0600,
+made once and kept, so a remote worker's password survives a restart of the swarm) holds its
+user and password, and `bus.json` holds no secret. A process reads the file of its own role.
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ import dataclasses
 import fcntl
 import json
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from bus.embedded_server import write_private
 from bus.nats_bus import BusSettings
+from bus.roles import Role
+
+PER_ROLE = "per_role"  # in bus.json: each role connects with its own file in run/creds
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,13 @@ class Workspace:
         return self.run_dir / "bus.json"
 
     @property
+    def creds_dir(self) -> Path:
+        return self.run_dir / "creds"
+
+    def creds_file(self, role: Role) -> Path:
+        return self.creds_dir / f"{role.value}.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.run_dir / "swarm.lock"
 
@@ -61,14 +76,41 @@ class Workspace:
         ):
             folder.mkdir(parents=True, exist_ok=True)
 
-    def write_bus_settings(self, settings: BusSettings) -> None:
-        write_private(self.bus_file, json.dumps(dataclasses.asdict(settings)))
+    def write_bus_settings(self, settings: BusSettings, per_role: bool = False) -> None:
+        write_private(
+            self.bus_file, json.dumps({**dataclasses.asdict(settings), PER_ROLE: per_role})
+        )
 
-    def read_bus_settings(self) -> BusSettings | None:
+    def read_bus_settings(self, role: Role = Role.CLI) -> BusSettings | None:
+        """How `role` reaches the running swarm's bus: the shared settings, plus the role's
+        own user and password where the swarm runs the embedded server."""
         try:
-            return BusSettings(**json.loads(self.bus_file.read_text()))
-        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            data = json.loads(self.bus_file.read_text())
+            per_role = data.pop(PER_ROLE, False)
+            settings = BusSettings(**data)
+            if per_role:
+                creds = json.loads(self.creds_file(role).read_text())
+                settings = dataclasses.replace(
+                    settings, user=creds["user"], password=creds["password"]
+                )
+        except (FileNotFoundError, json.JSONDecodeError, TypeError, KeyError):
             return None
+        return settings
+
+    def role_passwords(self) -> dict[Role, str]:
+        """Every role's password, made the first time (random, each in a 0600 file)."""
+        self.creds_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.creds_dir, 0o700)
+        passwords = {}
+        for role in Role:
+            try:
+                creds = json.loads(self.creds_file(role).read_text())
+                passwords[role] = str(creds["password"])
+            except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+                passwords[role] = secrets.token_urlsafe(24)
+                creds = {"user": role.value, "password": passwords[role]}
+                write_private(self.creds_file(role), json.dumps(creds))
+        return passwords
 
     def clear_bus_settings(self) -> None:
         self.bus_file.unlink(missing_ok=True)

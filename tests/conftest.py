@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import Idea, RunResult, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
+from bus.roles import Role
 from bus.subjects import ensure_streams
 from ledger.service import LedgerOptions, LedgerService
 from swarm.workspace import Workspace
@@ -143,7 +144,10 @@ class RunningSwarm:
             text=True,
         )
 
-    def wait_ready(self, timeout: float = 30) -> BusSettings:
+    def wait_ready(self, timeout: float = 30, role: Role = Role.CLI) -> BusSettings:
+        """Once the swarm answers; then how `role` reaches its bus (a test publishing results
+        connects as a trainer: the embedded server refuses them from anyone else)."""
+
         def ready() -> bool:
             assert self.process.poll() is None, self.process.stdout.read()  # type: ignore[union-attr]
             if self.workspace.read_bus_settings() is None or not self.workspace.is_running():
@@ -152,7 +156,7 @@ class RunningSwarm:
             return "swarm: running" in status and "ledger:" not in status
 
         wait_for(ready, timeout, 0.2)
-        settings = self.workspace.read_bus_settings()
+        settings = self.workspace.read_bus_settings(role)
         assert settings is not None
         return settings
 
@@ -201,6 +205,9 @@ async def ledger(nc: Client, tmp_path: Path) -> AsyncIterator[LedgerService]:
         sql_timeout_s=2,
         max_message_bytes=64 * 1024,
     )
+    # The streams' message limit is the ledger's, as `swarm start` sets it up (the ledger's own
+    # NATS user may not change streams).
+    await ensure_streams(nc.jetstream(), options.max_message_bytes)
     service = LedgerService(nc, options)
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))

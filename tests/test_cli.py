@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from bus.messages import DeadLetter
 from bus.nats_bus import BusSettings, connect
+from bus.roles import Role
 from bus.subjects import EVENTS_STREAM
 from tests.conftest import RunningSwarm, make_idea, make_result, run_swarm, wait_for
 from tests.helpers_process import alive, pids_matching, publish_all
@@ -27,10 +28,11 @@ def test_help_shows_examples() -> None:
 
 def test_sql_while_running_and_after_stop(running_swarm: RunningSwarm) -> None:
     root = running_swarm.workspace.root
-    settings = running_swarm.workspace.read_bus_settings()
-    assert settings is not None
-    messages = [make_idea(i) for i in range(5)] + [make_result(i) for i in range(60)]
-    asyncio.run(publish_all(settings, messages))
+    researcher = running_swarm.workspace.read_bus_settings(Role.RESEARCHER)
+    trainer = running_swarm.workspace.read_bus_settings(Role.TRAINER)
+    assert researcher is not None and trainer is not None
+    asyncio.run(publish_all(researcher, [make_idea(i) for i in range(5)]))
+    asyncio.run(publish_all(trainer, [make_result(i) for i in range(60)]))
     wait_for(lambda: "60" in run_swarm(root, "sql", "select count(*) from runs").stdout, 20)
 
     table = run_swarm(root, "sql", LEADERBOARD)
@@ -75,7 +77,7 @@ def test_sql_while_running_and_after_stop(running_swarm: RunningSwarm) -> None:
 
 def test_restart_resumes_with_ledger_and_stream_intact(tmp_path: Path, swarm_config: Path) -> None:
     swarm = RunningSwarm(tmp_path / "ws", swarm_config)
-    settings = swarm.wait_ready()
+    settings = swarm.wait_ready(role=Role.TRAINER)
     asyncio.run(publish_all(settings, [make_result(i) for i in range(10)]))
     wait_for(
         lambda: "10" in run_swarm(swarm.workspace.root, "sql", "from runs select count(*)").stdout
@@ -83,7 +85,7 @@ def test_restart_resumes_with_ledger_and_stream_intact(tmp_path: Path, swarm_con
     swarm.stop()
     again = RunningSwarm(tmp_path / "ws", swarm_config)
     try:
-        settings = again.wait_ready()
+        settings = again.wait_ready(role=Role.TRAINER)
         asyncio.run(publish_all(settings, [make_result(i) for i in range(5, 20)]))
         wait_for(
             lambda: (
@@ -92,7 +94,7 @@ def test_restart_resumes_with_ledger_and_stream_intact(tmp_path: Path, swarm_con
         )
         # The store kept the first run's 10 results, and its duplicate window (kept across the
         # restart) dropped the 5 re-published ones: 10 + 10 new.
-        assert asyncio.run(results_in_stream(settings)) == 20
+        assert asyncio.run(results_in_stream(again.wait_ready())) == 20
     finally:
         again.stop()
 
@@ -140,7 +142,7 @@ def test_sigkill_of_swarm_leaves_no_server_and_restart_works(
     tmp_path: Path, swarm_config: Path
 ) -> None:
     swarm = RunningSwarm(tmp_path / "ws", swarm_config)
-    settings = swarm.wait_ready()
+    settings = swarm.wait_ready(role=Role.TRAINER)
     asyncio.run(publish_all(settings, [make_result(1), make_result(2)]))
     root = str(swarm.workspace.root)
     children = pids_matching(root, "nats-server") + pids_matching(root, last_arg="ledger")
@@ -158,7 +160,7 @@ def test_sigkill_of_swarm_leaves_no_server_and_restart_works(
 
 
 def test_dead_letters_published_by_any_consumer_are_kept(running_swarm: RunningSwarm) -> None:
-    settings = running_swarm.workspace.read_bus_settings()
+    settings = running_swarm.workspace.read_bus_settings(Role.TRAINER)
     assert settings is not None
     letter = DeadLetter("dl-x-1", "swarm.jobs.tier0", "not JSON", "{", 1, "trainer")
     asyncio.run(publish_all(settings, [letter]))

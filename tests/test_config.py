@@ -98,3 +98,38 @@ def test_llm_settings_are_checked_at_load() -> None:
         parse_config({"meta": {"brain": "gpt"}})
     config = parse_config({"agents": {"count": 8, "brain": "anthropic:6,heuristic"}})
     assert config.agents.brain == "anthropic:6,heuristic"
+
+
+@pytest.mark.parametrize(
+    ("bus", "message"),
+    [
+        ({"listen": "4222"}, "bus.listen: expected HOST:PORT such as 0.0.0.0:4222, got '4222'"),
+        ({"listen": "0.0.0.0:99999"}, "bus.listen: expected HOST:PORT"),
+        ({"server_tls_cert": "c.pem"}, "bus.server_tls_cert needs bus.server_tls_key too"),
+        ({"server_tls_key": "k.pem"}, "bus.server_tls_key needs bus.server_tls_cert too"),
+        ({"server_tls_client_ca": "ca.pem"}, "bus.server_tls_client_ca needs bus.server_tls_cert"),
+        (
+            {"server_tls_cert": "c", "server_tls_key": "k", "server_tls_client_ca": "ca"},
+            r"bus.server_tls_client_ca \(mutual TLS\) needs bus.tls_cert",
+        ),
+        (
+            {"server_tls_cert": "/no/c.pem", "server_tls_key": "k"},
+            "bus.server_tls_cert: no such file",
+        ),
+    ],
+)
+def test_listener_and_tls_mistakes_name_the_key(bus: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"bus": bus})
+
+
+def test_listen_defaults_to_loopback_and_a_free_port(tmp_path: Path) -> None:
+    from swarm.config import listen_address
+
+    assert listen_address("") == ("127.0.0.1", -1)
+    assert listen_address("0.0.0.0:4222") == ("0.0.0.0", 4222)
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    bus = {"listen": "0.0.0.0:4222", "server_tls_cert": str(cert), "server_tls_key": str(key)}
+    assert parse_config({"bus": bus}).bus.listen == "0.0.0.0:4222"

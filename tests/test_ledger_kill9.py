@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from bus.nats_bus import connect
+from bus.roles import Role
 from swarm.sql_client import LedgerUnavailable, ask_ledger
 from swarm.workspace import Workspace
 from tests.conftest import RunningSwarm, make_result, run_swarm, wait_for
@@ -43,7 +44,7 @@ def test_kill9_ledger_mid_ingest_loses_and_duplicates_nothing(tmp_path: Path) ->
     config.write_text("[ledger]\nbatch_size = 100\nrestart_delay_s = 0.2\n[trainers]\ncount = 0\n")
     swarm = RunningSwarm(tmp_path / "ws", config)
     try:
-        settings = swarm.wait_ready()
+        settings = swarm.wait_ready(role=Role.TRAINER)
         messages = [make_result(i) for i in range(EVENTS)]
         publisher = threading.Thread(target=asyncio.run, args=(publish_all(settings, messages),))
         publisher.start()
