@@ -92,9 +92,17 @@ class Swarm:
             self.process.send_signal(signal.SIGINT)
             self.process.wait(timeout)
 
+    def runs(self) -> int:
+        answer = self.sql("select count(*) from runs").strip().splitlines()[-1:]
+        return int(answer[0]) if answer and answer[0].isdigit() else 0
+
     def sql(self, query: str) -> str:
-        done = subprocess.run([*self.command("sql", query, "--format", "csv")],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        """The answer as CSV; empty if the ledger did not answer (restarting, or a busy host)."""
+        try:
+            done = subprocess.run([*self.command("sql", query, "--format", "csv")],
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return ""
         return done.stdout if done.returncode == 0 else ""
 
 
@@ -154,6 +162,8 @@ def run_faults(root: Path, seconds: float, seed: int, agents: int = 6,
     report = FaultReport()
     try:
         swarm.start()
+        # Faults start once the swarm works (on a busy machine, start-up alone can take 20 s).
+        wait_for(lambda: swarm.runs() >= 10, 120, "the swarm's first results")
         deadline = time.monotonic() + seconds
         order: list[str] = []
         while time.monotonic() < deadline:

@@ -286,9 +286,9 @@ def line_edits(draw: st.DrawFn) -> tuple[str, Answer]:
         spans = [(LINES.index(LR + "\n"), LINES.index(LR + "\n") + 1)]
     wanted, edits, last = [], [], 0
     for start, end in spans:
-        new = [f"{line}\n" for line in draw(st.lists(text, max_size=3))]
-        if new == LINES[start:end]:
-            new = ["# changed\n"]
+        # At least one line, each marked as new: an empty or free-form replacement could join
+        # or copy lines into a second occurrence of a later edit's SEARCH (hypothesis found one).
+        new = [f"#~ {line}\n" for line in draw(st.lists(text, min_size=1, max_size=3))]
         wanted += LINES[last:start] + new
         last = end
         path = draw(st.sampled_from(["", EDITABLE, "./recipe.py"]))

@@ -12,6 +12,7 @@ from ledger.duckdb_store import LedgerStore, open_database
 from ledger.readback import KIND_ORDER, read_messages
 from ledger.schema import TIMESTAMP_FIELDS
 from swarm.audit import Audit, audit_ledger
+from tests.conftest import run_swarm
 from tests.ladder_sim import Sim, make_ladder
 
 
@@ -103,3 +104,9 @@ def test_a_ladder_that_acted_on_less_than_the_ledger_holds_is_caught(tmp_path: P
     report = audit(tmp_path, [*history, orphan])
     assert report.unfinished == []
     assert any("would still publish" in p for p in report.problems(drained=True)), report.left_to_do
+
+
+def test_audit_names_what_it_cannot_check(tmp_path: Path) -> None:
+    done = run_swarm(tmp_path / "ws", "audit")
+    assert done.returncode == 2
+    assert "no ledger in" in done.stderr and "no swarm has run there" in done.stderr
