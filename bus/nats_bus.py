@@ -36,9 +36,8 @@ class BusSettings:
     tls_key: str = ""
 
     def redacted_url(self) -> str:
-        """The URL with any inline credentials removed, safe for logs."""
-        scheme, sep, rest = self.url.partition("://")
-        return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else self.url
+        """The URL(s) with any inline credentials removed, safe for logs."""
+        return ",".join(_redacted(url.strip()) for url in self.url.split(","))
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not (self.tls_ca or self.tls_cert):
@@ -47,6 +46,11 @@ class BusSettings:
         if self.tls_cert:
             context.load_cert_chain(self.tls_cert, self.tls_key or None)
         return context
+
+
+def _redacted(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else url
 
 
 class BusUnavailable(ConnectionError):
@@ -58,14 +62,19 @@ async def connect(
 ) -> Client:
     """Connect with credentials, failing after `timeout_s`; once up, reconnect forever."""
 
+    errors: list[Exception] = []  # while connecting: the server's reason (e.g. bad credentials)
+
     async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+        del errors[:-1]
         # A refusal by the server's permissions (bus/roles.py) is a bug or an attack: say so.
         refused = "permissions violation" in str(exc).lower()
         log.log(logging.ERROR if refused else logging.DEBUG, "%s: bus error: %s", name, exc)
 
     kwargs: dict[str, Any] = {
         "error_cb": on_error,
-        "servers": [settings.url],
+        # A comma-separated list: the servers of a cluster, tried in turn.
+        "servers": [url.strip() for url in settings.url.split(",") if url.strip()],
         "name": name,
         "connect_timeout": CONNECT_TIMEOUT_S,
         "allow_reconnect": True,
@@ -79,16 +88,21 @@ async def connect(
         kwargs["password"] = settings.password
     if settings.creds_file:
         kwargs["user_credentials"] = settings.creds_file
-    context = settings.ssl_context()
+    try:
+        context = settings.ssl_context()
+    except (OSError, ssl.SSLError) as exc:  # a missing or unreadable certificate file
+        files = ", ".join(f for f in (settings.tls_ca, settings.tls_cert, settings.tls_key) if f)
+        raise BusUnavailable(f"cannot set up TLS for the bus from {files}: {exc}") from None
     if context is not None:
         kwargs["tls"] = context
     kwargs.update(options)
     try:
         return await asyncio.wait_for(nats.connect(**kwargs), timeout_s)
     except (TimeoutError, OSError, NatsError) as exc:
+        cause = errors[-1] if errors else exc
         raise BusUnavailable(
             f"cannot reach the bus at {settings.redacted_url()} within {timeout_s:.0f}s: "
-            f"{exc or type(exc).__name__}"
+            f"{str(cause) or type(cause).__name__}"
         ) from None
 
 

@@ -155,4 +155,16 @@ def test_wrong_credentials_fail_with_a_clear_error(tmp_path: Path) -> None:
         server.wait(10)
     assert done.returncode == 2
     assert "cannot reach the bus at nats://127.0.0.1:" in done.stderr
+    assert "Authorization Violation" in done.stderr  # the server's reason, not a bare timeout
     assert "wrong" not in done.stderr
+
+
+def test_a_missing_tls_file_and_a_server_list_are_handled(tmp_path: Path) -> None:
+    env = {**os.environ, "SWARM_NATS_TOKEN": "t"}
+    missing = swarm_cmd(tmp_path / "ws", "worker", "--nats", "tls://127.0.0.1:1",
+                        "--tls-ca", str(tmp_path / "no-such-ca.pem"))  # fmt: skip
+    done = subprocess.run(missing, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "cannot set up TLS for the bus" in done.stderr and "no-such-ca.pem" in done.stderr
+    settings = BusSettings("nats://a:1, nats://user:secret@b:2")
+    assert settings.redacted_url() == "nats://a:1,nats://b:2"
