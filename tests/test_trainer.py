@@ -50,6 +50,21 @@ def start_worker(
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+async def serve_until_stored(nc: Client, options: TrainerOptions, runs: int) -> None:
+    """A synthetic-target trainer in this process, serving until the ledger holds `runs` runs."""
+    stop = asyncio.Event()
+    serving = asyncio.create_task(Trainer(nc, SyntheticTarget(), options).run(stop))
+    try:
+
+        async def done() -> bool:
+            return len(await rows(nc, "select run_id from runs")) == runs
+
+        await wait_for_async(done, 30, 0.2)
+    finally:
+        stop.set()
+        await serving
+
+
 async def rows(nc: Client, sql: str) -> list[dict[str, object]]:
     return (await ask_ledger(nc, sql, 10)).table.to_pylist()  # type: ignore[no-any-return]
 
@@ -153,17 +168,7 @@ async def test_a_trainer_takes_the_highest_tier_first_without_waiting_on_empty_o
     options = TrainerOptions(
         (0, 1, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {}, max_concurrent={}
     )
-    stop = asyncio.Event()
-    serving = asyncio.create_task(Trainer(nc, SyntheticTarget(), options).run(stop))
-    try:
-
-        async def done() -> bool:
-            return len(await rows(nc, "select run_id from runs")) == len(specs)
-
-        await wait_for_async(done, 30, 0.2)
-    finally:
-        stop.set()
-        await serving
+    await serve_until_stored(nc, options, len(specs))
     order = await rows(nc, "select tier from runs order by started_at")
     assert [r["tier"] for r in order] == [2, 2, 2, 0, 0, 0]
 
@@ -186,17 +191,7 @@ async def test_a_capped_tier_recovers_a_job_handed_to_a_pull_that_timed_out(
     options = TrainerOptions(
         (0, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {}, max_concurrent={2: 1}
     )
-    stop = asyncio.Event()
-    serving = asyncio.create_task(Trainer(nc, SyntheticTarget(), options).run(stop))
-    try:
-
-        async def done() -> bool:
-            return len(await rows(nc, "select run_id from runs")) == len(specs)
-
-        await wait_for_async(done, 30, 0.2)
-    finally:
-        stop.set()
-        await serving
+    await serve_until_stored(nc, options, len(specs))
 
 
 async def test_a_trainer_for_another_target_hands_the_job_back_and_stops(
