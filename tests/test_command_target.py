@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from bus.messages import BudgetKind, RunSpec, RunStatus, new_id
+from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from tests.conftest import run_swarm
 from tests.training_helpers import TINY_LADDER
 from training.runner import RunLimits
+from training.sandbox import Limits
 from training.targets import CommandTarget
 
 TRAIN = """import json, os
@@ -50,13 +52,20 @@ def diff(old: str, new: str) -> str:
     )
 
 
-def run(project: Path, command: str, patch: str = "", limit: float = 30) -> object:
+def run(
+    project: Path,
+    command: str,
+    patch: str = "",
+    limit: float = 30,
+    quota: Limits | None = None,
+    run_spec: RunSpec | None = None,
+) -> RunResult:
     target = CommandTarget(project, "train.py", command, "val_loss")
     source = target.initial_source()
     return target.run(
-        spec(patch),
+        run_spec or spec(patch),
         source,
-        RunLimits(time_limit_s=limit),
+        RunLimits(time_limit_s=limit, limits=quota or Limits()),
         project.parent / "s",
         "cpu",
         "test",
@@ -67,10 +76,10 @@ def run(project: Path, command: str, patch: str = "", limit: float = 30) -> obje
 def test_metric_is_parsed_and_patches_apply(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_API_KEY", "secret")
     result = run(project, "python3 train.py")
-    assert result.status == RunStatus.OK and result.metric == pytest.approx(6.005)  # type: ignore[attr-defined]
-    assert "secret visible: False" in result.log_tail  # type: ignore[attr-defined]
+    assert result.status == RunStatus.OK and result.metric == pytest.approx(6.005)
+    assert "secret visible: False" in result.log_tail
     patched = run(project, "python3 train.py", diff(TRAIN, TRAIN.replace("2.0", "1.0")))
-    assert patched.metric == pytest.approx(3.005)  # type: ignore[attr-defined]
+    assert patched.metric == pytest.approx(3.005)
     assert "SCALE = 2.0" in (project / "train.py").read_text()  # the project itself is untouched
 
 
@@ -87,15 +96,15 @@ def test_failures_become_results(
     project: Path, command: str, status: RunStatus, reason: str
 ) -> None:
     result = run(project, command, limit=2)
-    assert result.status == status, result.log_tail  # type: ignore[attr-defined]
-    assert reason in result.reason  # type: ignore[attr-defined]
+    assert result.status == status, result.log_tail
+    assert reason in result.reason
     assert not Path("/tmp/swarm-command-escape").exists()
 
 
 def test_patch_touching_another_file_is_refused(project: Path) -> None:
     bad = "--- a/README\n+++ b/README\n@@ -1 +1 @@\n-not copied into the metric\n+x\n"
     result = run(project, "python3 train.py", bad)
-    assert result.status == RunStatus.REFUSED  # type: ignore[attr-defined]
+    assert result.status == RunStatus.REFUSED
 
 
 def test_swarm_run_prints_a_greppable_summary(tmp_path: Path) -> None:
@@ -125,3 +134,75 @@ def test_swarm_run_prints_a_greppable_summary(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "status: REFUSED" in refused.stdout
     wrong = run_swarm(tmp_path / "ws", "--config", str(config), "run", "--tier", "5")
     assert wrong.returncode == 2 and "the ladder has tiers 0..0" in wrong.stderr
+
+
+# Small limits keep the attacks quick: a few MiB of disk, a few dozen files.
+SMALL_DISK = Limits(file_size_bytes=4 * 2**20, disk_bytes=8 * 2**20, disk_files=50)
+
+
+@pytest.mark.parametrize("swap", ["ln -s {secret} .swarm-run.log", "mkfifo .swarm-run.log"])
+def test_the_log_is_read_through_the_runners_own_handle(project: Path, swap: str) -> None:
+    """A command that swaps its log for a link to a file of the trainer's (which would be
+    published, and its fake metric taken) or a FIFO (which would block the reader) changes
+    nothing: what it printed is still what is read."""
+    secret = project.parent / "trainer-secret.txt"
+    secret.write_text("TRAINER-SECRET\nval_loss: 0.0001\n")
+    swapped = swap.format(secret=secret)
+    command = f"rm .swarm-run.log && {swapped} && echo swapped && echo 'val_loss: 1'"
+    result = run(project, command, limit=10)
+    assert result.status == RunStatus.OK and result.metric == 1.0, (result.reason, result.log_tail)
+    assert "swapped" in result.log_tail and "TRAINER-SECRET" not in result.log_tail
+    assert list((project.parent / "s").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        "for i in itertools.count(): open(f'fill{i}', 'wb').write(bytes(2**20)); time.sleep(0.01)",
+        "for i in itertools.count(): open(f'f{i}', 'w').close(); time.sleep(0.001)",
+    ],
+    ids=["bytes", "files"],
+)
+def test_a_disk_fill_is_stopped_at_the_quota(project: Path, fill: str) -> None:
+    command = f'python3 -c "import itertools, time\n{fill}"'
+    result = run(project, command, limit=30, quota=SMALL_DISK)
+    assert result.status == RunStatus.CRASH, (result.reason, result.log_tail)
+    assert "disk quota exceeded" in result.reason and "copy of the project" in result.reason
+    assert result.metric is None
+    assert list((project.parent / "s").iterdir()) == []  # the scratch copy is removed
+
+
+def test_the_project_copy_does_not_count_against_the_quota(project: Path) -> None:
+    """Only what the run adds is its quota's: a project with data of its own still runs."""
+    (project / "data.bin").write_bytes(bytes(16 * 2**20))  # twice the quota
+    for i in range(60):  # more files than the quota allows
+        (project / f"part{i}.txt").write_text("x")
+    result = run(project, "sleep 1; python3 train.py", quota=SMALL_DISK)
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+
+
+def test_deep_directories_are_stopped_and_removed(project: Path) -> None:
+    """Thousands of nested directories (closed with chmod) would make a recursive removal raise
+    in the trainer; the run is stopped, and its copy removed however deep it goes."""
+    deep = "import os, time\nfor _ in range(3000): os.mkdir('d'); os.chdir('d')\n"
+    deep += "os.chmod(os.path.join(os.environ['HOME'], 'd'), 0)\ntime.sleep(30)"
+    result = run(project, f'python3 -c "{deep}"', limit=20)
+    assert result.status == RunStatus.CRASH, (result.reason, result.log_tail)
+    # Root walks it and finds it too deep; another user finds it closed.
+    assert "the scratch directory cannot be checked" in result.reason
+    assert list((project.parent / "s").iterdir()) == []
+
+
+@pytest.mark.parametrize("run_id", ["../x", "/", "..", ".hidden", "a/b"])
+def test_a_run_id_that_is_not_a_plain_name_is_refused(project: Path, run_id: str) -> None:
+    """The run id names the copy of the project, removed afterwards: `..` would remove all."""
+    result = run(project, "python3 train.py", run_spec=replace(spec(), run_id=run_id))
+    assert result.status == RunStatus.REFUSED and "not a plain name" in result.reason
+    assert (project / "train.py").exists() and not (project.parent / "x").exists()
+
+
+def test_capabilities_are_dropped(project: Path) -> None:
+    """Even under a trainer run by root, the command (after exec) keeps no capability."""
+    result = run(project, "grep -E '^Cap(Prm|Eff)' /proc/self/status; python3 train.py")
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+    assert "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000" in result.log_tail

@@ -12,6 +12,7 @@ experiment runs at a tier.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,14 +25,29 @@ from typing import Protocol
 from bus.messages import RunResult, RunSpec, RunStatus
 from training import runner
 from training.corpus import load_corpus
+from training.experiment_session import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S
 from training.patching import PatchRefused, apply
-from training.process_outcome import exit_status, kill_group, log_tail, result_fields
-from training.sandbox import restrict_filesystem, scrubbed_env, set_rlimits
+from training.process_outcome import (
+    disk_usage,
+    fd_tail,
+    kill_group,
+    outcome,
+    remove_tree,
+    result_fields,
+)
+from training.sandbox import (
+    Limits,
+    drop_capabilities,
+    restrict_filesystem,
+    scrubbed_env,
+    set_rlimits,
+)
 from training.target_info import RECIPE
 
 __all__ = ["RECIPE", "BytelmTarget", "CommandTarget", "Target", "parse_metric"]
 
-COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules")
+LOG_NAME = ".swarm-run.log"  # the command's output, in its copy of the project
+COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules", LOG_NAME)
 
 
 class Target(Protocol):
@@ -108,20 +124,30 @@ class CommandTarget:
         cancel: threading.Event | None = None,
     ) -> RunResult:
         base = result_fields(spec, device, trainer, metric_name=self.metric_name)
+        if not runner.PLAIN_NAME.fullmatch(spec.run_id):  # it names the copy, then removed
+            why = f"run id {spec.run_id[:200]!r} is not a plain name"
+            return RunResult(**base, status=RunStatus.REFUSED, reason=why)
         try:
             patched = apply(source, spec.patch, self.editable) if spec.patch else source
         except PatchRefused as exc:
             return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
         work = scratch / spec.run_id
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(self.project, work, ignore=shutil.ignore_patterns(*COPY_IGNORED))
-        (work / self.editable).write_text(patched)
+        remove_tree(work)
         try:
-            status, reason, metric, seconds, tail = self._execute(
-                spec, limits, work, device, cancel
-            )
+            shutil.copytree(self.project, work, ignore=shutil.ignore_patterns(*COPY_IGNORED))
+            (work / self.editable).write_text(patched)
+            # The log is read through this handle, never through its path, which the command
+            # may have replaced (a link to a file of the trainer's, a FIFO that blocks).
+            log = os.open(work / LOG_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                status, reason, metric, seconds = self._execute(
+                    spec, limits, work, log, device, cancel
+                )
+                tail = fd_tail(log)
+            finally:
+                os.close(log)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work)
         return RunResult(
             **base,
             status=status,
@@ -136,9 +162,10 @@ class CommandTarget:
         spec: RunSpec,
         limits: runner.RunLimits,
         work: Path,
+        log: int,
         device: str,
         cancel: threading.Event | None,
-    ) -> tuple[RunStatus, str, float | None, float, str]:
+    ) -> tuple[RunStatus, str, float | None, float]:
         env = scrubbed_env(
             work,
             {
@@ -151,50 +178,68 @@ class CommandTarget:
             },
             cpu=not device.startswith("cuda"),
         )
-        log = work / ".swarm-run.log"
 
         def confine() -> None:  # between fork and exec: limits and Landlock survive exec
             set_rlimits(limits.limits)
             restrict_filesystem([], [work, Path("/dev/null")], reads_all=True)
+            drop_capabilities()  # no_new_privs (set above) keeps exec from granting them back
 
+        try:  # the copy of the project is not the run's to fill: the quota is on what it adds
+            copied = disk_usage(work, 0, SCRATCH_DEPTH_MAX)  # pid 0: no process, no held files
+        except OSError as exc:
+            return RunStatus.CRASH, f"the project copy cannot be checked: {exc}", None, 0.0
         started = time.monotonic()
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                ["/bin/sh", "-c", self.command],
-                cwd=work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=confine,
-            )
-        deadline = started + limits.time_limit_s
+        process = subprocess.Popen(
+            ["/bin/sh", "-c", self.command],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=confine,
+        )
+        deadline, next_disk_check = started + limits.time_limit_s, started
         try:
             while (code := process.poll()) is None:
                 if cancel is not None and cancel.is_set():
                     raise runner.Cancelled
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     reason = f"exceeded the wall-clock limit of {limits.time_limit_s:g}s"
-                    return (
-                        RunStatus.TIMEOUT,
-                        reason,
-                        None,
-                        limits.time_limit_s,
-                        log_tail(log),
-                    )
+                    return RunStatus.TIMEOUT, reason, None, limits.time_limit_s
+                if now >= next_disk_check:
+                    next_disk_check = now + WATCH_INTERVAL_S
+                    if over := _over_quota(work, process.pid, copied, limits.limits):
+                        return RunStatus.CRASH, over, None, now - started
                 time.sleep(0.1)
         finally:
             kill_group(process)
-        seconds, tail = time.monotonic() - started, log_tail(log)
+        seconds = time.monotonic() - started
         if code != 0:
-            status, reason = exit_status(code, log)
-            return status, reason, None, seconds, tail
-        metric = parse_metric(log.read_text(errors="replace"), self.metric_name)
+            status, reason = outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size)
+            return status, reason, None, seconds
+        output = os.pread(log, os.fstat(log).st_size, 0).decode("utf-8", errors="replace")
+        metric = parse_metric(output, self.metric_name)
         if metric is None:
             reason = f"no `{self.metric_name}: <number>` line in the output"
-            return RunStatus.CRASH, reason, None, seconds, tail
-        return RunStatus.OK, "", metric, seconds, tail
+            return RunStatus.CRASH, reason, None, seconds
+        return RunStatus.OK, "", metric, seconds
+
+
+def _over_quota(work: Path, pid: int, copied: tuple[int, int], quota: Limits) -> str:
+    """Why the run must stop for what it added to its copy of the project, or ""."""
+    try:
+        used, files = disk_usage(work, pid, SCRATCH_DEPTH_MAX)
+    except OSError as exc:
+        return f"the scratch directory cannot be checked: {exc}"
+    added, new_files = used - copied[0], files - copied[1]
+    if added <= quota.disk_bytes and new_files <= quota.disk_files:
+        return ""
+    return (
+        f"disk quota exceeded: {added / 2**20:.0f} MiB in {new_files} files added to the copy "
+        f"of the project (limit {quota.disk_bytes / 2**20:g} MiB, {quota.disk_files} files)"
+    )
 
 
 def parse_metric(output: str, name: str) -> float | None:

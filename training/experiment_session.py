@@ -1,0 +1,261 @@
+"""The runner's side of one bytelm experiment while it runs: the pipe protocol and its watch.
+
+An `ExperimentSession` answers the experiment's requests (training batches until the budget is
+spent, then the evaluation windows, whose logits it scores), and between every read and write
+checks the deadline, a trainer shutting down and the scratch directory's disk quota. Whatever
+the experiment does wrong ends the session with a `Stop` (a status and a reason); an experiment
+that exits or closes its pipe early raises `ChildGone`. `Progress` records what the run did for
+its RunResult.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from bus.messages import BudgetKind, RunSpec, RunStatus
+from training import protocol as p
+from training.corpus import Corpus
+from training.evaluator import Evaluation, InvalidLogits, NonCausalModel
+from training.process_outcome import disk_usage, peak_rss_mb
+from training.zygote import Experiment
+
+if TYPE_CHECKING:
+    from training.runner import RunLimits
+
+WATCH_INTERVAL_S = 0.25  # how often the scratch directory's size is checked during a run
+INFO_MAX_BYTES = 64 * 1024  # the experiment's facts for the summary: a few numbers
+SCRATCH_DEPTH_MAX = 32  # directories a run may nest in its scratch directory
+
+
+class Cancelled(Exception):
+    """The trainer is shutting down: the run was stopped and must be retried elsewhere."""
+
+
+class ChildGone(Exception):
+    """The experiment exited or closed its pipe before the protocol was done."""
+
+
+class Stop(Exception):
+    """The run ends here, with this status and reason."""
+
+    def __init__(self, status: RunStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass
+class Progress:
+    """What the run has done so far, for its RunResult."""
+
+    spawned: float = field(default_factory=time.monotonic)
+    evaluated: float | None = None
+    steps: int = 0
+    tokens: int = 0
+    started: float | None = None
+    ended: float | None = None
+    parameters: int = 0
+    peak_mem_mb: float = 0.0
+
+    @property
+    def startup_seconds(self) -> float:
+        return 0.0 if self.started is None else self.started - self.spawned
+
+    @property
+    def eval_seconds(self) -> float:
+        if self.evaluated is None or self.ended is None:
+            return 0.0
+        return self.evaluated - self.ended
+
+    @property
+    def train_seconds(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.started
+
+
+@dataclass
+class ExperimentSession:
+    """The runner's side of one experiment's pipe protocol."""
+
+    spec: RunSpec
+    corpus: Corpus
+    limits: RunLimits
+    process: Experiment
+    scratch: Path
+    req: int
+    resp: int
+    progress: Progress
+    cancel: threading.Event | None
+    deadline: float = 0.0
+    next_disk_check: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.limits.time_limit_s
+        self.generator = torch.Generator().manual_seed(self.spec.seed)  # same seed, same data
+
+    def serve(self) -> float:
+        """Answer the experiment's requests until its evaluation is done; return val_bpb."""
+        evaluation: Evaluation | None = None
+        batch_index = 0
+        while True:
+            kind = self.read(1)
+            if kind == b"B":
+                batch, context = p.BATCH_ASK.unpack(self.read(p.BATCH_ASK.size))
+                data, spent = self.batch(batch, context)
+                self.write(p.BATCH_ANSWER.pack(len(data), spent) + data)
+            elif kind == b"L":
+                (loss,) = p.LOSS.unpack(self.read(p.LOSS.size))
+                if not math.isfinite(loss):
+                    steps = self.progress.steps
+                    raise Stop(RunStatus.CRASH, f"non-finite loss ({loss}) at step {steps}")
+            elif kind == b"I":
+                (size,) = p.INFO.unpack(self.read(p.INFO.size))
+                if size > INFO_MAX_BYTES:
+                    raise Stop(RunStatus.CRASH, f"protocol violation: {size} bytes of info")
+                self.progress.parameters = _parameters(self.read(size))
+            elif kind == b"E":
+                if evaluation is None:
+                    self.progress.ended = self.progress.ended or time.monotonic()
+                    self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)
+                    context = self.spec.dials["context"]
+                    evaluation = Evaluation(self.corpus.val, context, self.limits.eval_tokens)
+                if batch_index == len(evaluation.batches):
+                    self.write(p.EVAL_ANSWER.pack(0, 0))
+                    try:
+                        metric = evaluation.finish()
+                        self.progress.evaluated = time.monotonic()
+                        return metric
+                    except NonCausalModel as exc:
+                        raise Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
+                windows = evaluation.batches[batch_index]
+                n, context = len(windows), windows.shape[1] - 1
+                self.write(p.EVAL_ANSWER.pack(n, context) + windows.numpy().tobytes())
+                if self.read(1) != b"O":
+                    raise Stop(RunStatus.CRASH, "protocol violation: expected logits")
+                raw = self.read(n * context * p.VOCAB * 4)
+                logits = torch.frombuffer(bytearray(raw), dtype=torch.float32)
+                try:
+                    evaluation.take(batch_index, logits.view(n, context, p.VOCAB))
+                except InvalidLogits as exc:
+                    raise Stop(RunStatus.CRASH, f"evaluation failed: {exc}") from None
+                batch_index += 1
+            else:
+                raise Stop(RunStatus.CRASH, f"protocol violation: unknown request {kind!r}")
+
+    def batch(self, batch: int, context: int) -> tuple[bytes, float]:
+        """The next batch, or b"" once the budget is spent; with the share of budget spent."""
+        progress, spec = self.progress, self.spec
+        now = time.monotonic()
+        if progress.started is None:
+            progress.started = now  # start-up (imports, model build) is outside the budget
+        if not (1 <= batch <= 4096 and 1 <= context <= 8192):
+            raise Stop(RunStatus.CRASH, f"asked for an impossible batch {batch}x{context}")
+        if spec.budget_kind == BudgetKind.TOKENS:
+            spent = progress.tokens / spec.budget
+        else:
+            spent = (now - progress.started) / spec.budget
+        if spent >= 1.0:
+            progress.ended = progress.ended or now
+            return b"", 1.0
+        train = self.corpus.train
+        starts = torch.randint(0, len(train) - context - 1, (batch,), generator=self.generator)
+        rows = torch.stack([train[s : s + context + 1] for s in starts.tolist()])
+        progress.steps += 1
+        progress.tokens += batch * context
+        return rows.numpy().tobytes(), spent
+
+    def read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            self.watch()
+            ready, _, _ = select.select([self.req], [], [], self.pause())
+            if not ready:
+                continue
+            chunk = os.read(self.req, min(left, 1 << 20))
+            if not chunk:
+                raise ChildGone
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def write(self, data: bytes) -> None:
+        """Answer without blocking past the deadline: an experiment that asks and never reads
+        its answers fills the pipe, and a blocking write would hang the runner for good."""
+        view = memoryview(data)
+        while view:
+            self.watch()
+            try:
+                view = view[os.write(self.resp, view) :]
+            except BlockingIOError:
+                select.select([], [self.resp], [], self.pause())
+            except BrokenPipeError:  # it closed its end
+                raise ChildGone from None
+
+    def wait_exit(self) -> int:
+        """The experiment's exit code, once it has ended by itself; watched as while it ran,
+        with a second's grace after the deadline to finish exiting."""
+        self.deadline = max(self.deadline, time.monotonic() + 1.0)
+        while True:
+            self.watch()
+            try:
+                return self.process.wait(self.pause())
+            except subprocess.TimeoutExpired:
+                continue
+
+    def pause(self) -> float:
+        return max(0.0, min(WATCH_INTERVAL_S, self.deadline - time.monotonic()))
+
+    def watch(self) -> None:
+        """Between reads and writes: stop for a trainer shutting down, the deadline, or the
+        scratch directory over its quota."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled
+        now = time.monotonic()
+        if now >= self.deadline:
+            raise Stop(RunStatus.TIMEOUT, _timeout_reason(self.spec, self.limits))
+        if now >= self.next_disk_check:
+            self.next_disk_check = now + WATCH_INTERVAL_S
+            self.check_disk()
+
+    def check_disk(self) -> None:
+        quota = self.limits.limits
+        try:
+            used, files = disk_usage(self.scratch, self.process.pid, SCRATCH_DEPTH_MAX)
+        except OSError as exc:
+            why = f"the scratch directory cannot be checked: {exc}"
+            raise Stop(RunStatus.CRASH, why) from None
+        if used > quota.disk_bytes or files > quota.disk_files:
+            raise Stop(
+                RunStatus.CRASH,
+                f"disk quota exceeded: {used / 2**20:.0f} MiB in {files} files in the scratch "
+                f"directory (limit {quota.disk_bytes / 2**20:g} MiB, {quota.disk_files} files)",
+            )
+
+
+def _parameters(info: bytes) -> int:
+    """The parameter count from the experiment's info (it feeds only the FLOPs estimate)."""
+    try:
+        count = json.loads(info)["parameters"]
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        count = None
+    if not isinstance(count, int) or not 0 <= count < 2**53:
+        raise Stop(RunStatus.CRASH, "protocol violation: unreadable info")
+    return count
+
+
+def _timeout_reason(spec: RunSpec, limits: RunLimits) -> str:
+    return (
+        f"exceeded the wall-clock limit of {limits.time_limit_s:g}s "
+        f"(budget {spec.budget:g} {spec.budget_kind.value})"
+    )
