@@ -193,12 +193,19 @@ def test_deep_directories_are_stopped_and_removed(project: Path) -> None:
     assert list((project.parent / "s").iterdir()) == []
 
 
-@pytest.mark.parametrize("run_id", ["../x", "/", "..", ".hidden", "a/b"])
+# An absolute run id is tried on a directory of the test's own, never on "/": if the check ever
+# broke, this test would delete what it names (an earlier version of it deleted /etc).
+@pytest.mark.parametrize("run_id", ["../x", "<absolute>", "..", ".hidden", "a/b"])
 def test_a_run_id_that_is_not_a_plain_name_is_refused(project: Path, run_id: str) -> None:
     """The run id names the copy of the project, removed afterwards: `..` would remove all."""
+    victim = project.parent / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    run_id = str(victim) if run_id == "<absolute>" else run_id
     result = run(project, "python3 train.py", run_spec=replace(spec(), run_id=run_id))
     assert result.status == RunStatus.REFUSED and "not a plain name" in result.reason
     assert (project / "train.py").exists() and not (project.parent / "x").exists()
+    assert (victim / "keep").exists()
 
 
 def test_capabilities_are_dropped(project: Path) -> None:
