@@ -54,7 +54,7 @@ from swarm.sql_client import ask_ledger
 from tests.conftest import RunningSwarm, run_swarm, wait_for_async
 from tests.fuzz_messages import MAX_PAYLOAD, Bad, Fuzzer, sample
 from tests.fuzz_requests import control_requests, sql_requests
-from tests.helpers_process import alive, pids_matching
+from tests.helpers_process import alive, pids_matching, start_nats_server
 
 SEED = 20260707
 TIERS = (0, 1, 2)  # configs/ladder.toml: the tiers the trainer serves
@@ -81,6 +81,7 @@ device = "cpu"
 [agents]
 count = 1
 """
+TOKEN = "fuzz-token"
 # The children `swarm start` runs, by the last word of their command line.
 CHILDREN = ("ledger", "ladder", "worker", "--name=local")
 UNKNOWN_EVENT_SUBJECTS = (
@@ -98,22 +99,33 @@ REPLAYED = FOLDED_KINDS | BRIDGED_KINDS
 
 @pytest.fixture(scope="module")
 def fuzz_swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSwarm]:
+    """A swarm on a nats-server of the test's own with one shared token (the external-server
+    set-up), so the fuzzer may publish on every subject: the embedded server's per-role users
+    would refuse most of the garbage before any consumer saw it (tests/test_bus_permissions.py)."""
     root = tmp_path_factory.mktemp("fuzz")
+    server, url = start_nats_server(
+        f"listen: 127.0.0.1:-1\nmax_payload: {MAX_PAYLOAD}\n"
+        f"authorization {{ token: {TOKEN} }}\n"
+        f'jetstream {{ store_dir: "{root / "jetstream"}" }}\n',
+        root / "nats",
+    )
     config = root / "swarm.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.replace("[bus]\n", f'[bus]\nurl = "{url}"\ntoken = "{TOKEN}"\n'))
     swarm = RunningSwarm(root / "ws", config)
     try:
         swarm.wait_ready(60)
         yield swarm
     finally:
         output = swarm.stop()
+        server.terminate()
+        server.wait(10)
     # The supervisor says so whenever it restarts a child: none may have died.
     assert "exited with code" not in output, output[-3000:]
 
 
 def process_ids(root: Path) -> dict[str, list[int]]:
     found = {name: pids_matching(str(root), last_arg=name) for name in CHILDREN}
-    found["nats-server"] = pids_matching(str(root), "nats-server")
+    found["nats-server"] = pids_matching(str(root.parent), "nats-server")  # beside the workspace
     return found
 
 
@@ -271,8 +283,9 @@ async def test_ten_thousand_malformed_messages_crash_nothing_and_lose_nothing(
     root = fuzz_swarm.workspace.root
     settings = fuzz_swarm.workspace.read_bus_settings()
     assert settings is not None
+    settings = dataclasses.replace(settings, token=TOKEN)  # the workspace keeps no token
     before = process_ids(root)
-    assert all(len(pids) == 1 for pids in before.values()), before
+    assert all(len(pids) == 1 for pids in before.values()), repr(before)
     fuzzer = Fuzzer(SEED)
     events, jobs = stream_fuzz(fuzzer)
 

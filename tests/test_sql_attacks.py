@@ -21,7 +21,8 @@ from nats.aio.client import Client
 from nats.errors import MaxPayloadError
 
 from bus.messages import new_id
-from bus.nats_bus import BusSettings, connect, publish_event
+from bus.nats_bus import BusSettings, connect
+from bus.roles import Role
 from bus.subjects import SQL_SUBJECT
 from ledger.duckdb_store import LedgerStore
 from ledger.sql_protocol import STATUS, SqlError
@@ -131,8 +132,9 @@ def ledger_swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
         settings = swarm.wait_ready(60)
         # Every result names an idea the ladder knows (see test_fuzz_bus.py: a result for an
         # unknown idea stops the ladder).
-        seed = [make_idea(i) for i in range(100)] + [make_result(i) for i in range(300)]
-        asyncio.run(publish_all(settings, seed))
+        ideas, results = [make_idea(i) for i in range(100)], [make_result(i) for i in range(300)]
+        asyncio.run(publish_all(swarm.workspace.read_bus_settings(Role.RESEARCHER), ideas))  # type: ignore[arg-type]
+        asyncio.run(publish_all(swarm.workspace.read_bus_settings(Role.TRAINER), results))  # type: ignore[arg-type]
         yield Ledger(swarm, settings, asyncio.run(settled_counts(settings)))
     finally:
         output = swarm.stop()
@@ -174,7 +176,9 @@ async def intact_and_ingesting(nc: Client, ledger: Ledger) -> None:
     assert await table_counts(nc) == ledger.counts
     setting = await ask_ledger(nc, "select current_setting('enable_external_access') as on", 10)
     assert setting.table.to_pylist() == [{"on": False}]
-    await publish_event(nc.jetstream(), make_result(0, run_id=new_id("after-attack")))
+    trainer = ledger.swarm.workspace.read_bus_settings(Role.TRAINER)
+    assert trainer is not None  # the attacker (`cli`) may not publish results: a trainer does
+    await publish_all(trainer, [make_result(0, run_id=new_id("after-attack"))])
 
     async def ingested() -> bool:
         return (await table_counts(nc))["runs"] == ledger.counts["runs"] + 1
