@@ -32,6 +32,9 @@ SAFE_CONFIG: dict[str, Any] = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "lock_configuration": True,
+    # DuckDB's default is 80% of the machine's memory, for caching as much as queries: a
+    # long-running ledger (and a heavy user query) stays within this instead.
+    "memory_limit": "2GB",
 }
 
 # Errors that mean "this row is bad", not "the database is broken": the row becomes a dead letter.
