@@ -35,6 +35,10 @@ class BusSettings:
     tls_cert: str = ""
     tls_key: str = ""
 
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.token or self.user or self.creds_file)
+
     def redacted_url(self) -> str:
         """The URL(s) with any inline credentials removed, safe for logs."""
         return ",".join(_redacted(url.strip()) for url in self.url.split(","))
@@ -66,7 +70,7 @@ async def connect(
 
     async def on_error(exc: Exception) -> None:
         errors.append(exc)
-        del errors[:-1]
+        del errors[:-10]
         # A refusal by the server's permissions (bus/roles.py) is a bug or an attack: say so.
         refused = "permissions violation" in str(exc).lower()
         log.log(logging.ERROR if refused else logging.DEBUG, "%s: bus error: %s", name, exc)
@@ -99,10 +103,14 @@ async def connect(
     try:
         return await asyncio.wait_for(nats.connect(**kwargs), timeout_s)
     except (TimeoutError, OSError, NatsError) as exc:
-        cause = errors[-1] if errors else exc
+        # The server's own word (e.g. Authorization Violation) over the reset that follows it.
+        said = [e for e in errors if not isinstance(e, OSError)]
+        cause = said[0] if said else errors[-1] if errors else exc
+        why = str(cause) or type(cause).__name__
+        if not said and isinstance(cause, ConnectionResetError) and settings.has_credentials:
+            why += " (the server closed the connection: are the credentials right?)"
         raise BusUnavailable(
-            f"cannot reach the bus at {settings.redacted_url()} within {timeout_s:.0f}s: "
-            f"{str(cause) or type(cause).__name__}"
+            f"cannot reach the bus at {settings.redacted_url()} within {timeout_s:.0f}s: {why}"
         ) from None
 
 
