@@ -133,19 +133,20 @@ class LedgerService:
 
     async def ingest(self, batch: list[Msg]) -> None:
         """Decode, commit, then ack. Undecodable events are committed as dead letters."""
-        messages = [self._decode_or_dead_letter(msg) for msg in batch]
         seqs = [_stream_seq(msg) for msg in batch]
+        messages = [
+            self._decode_or_dead_letter(msg, seq) for msg, seq in zip(batch, seqs, strict=True)
+        ]
         loop = asyncio.get_running_loop()
         refused = await loop.run_in_executor(self._writer, self.store.write_batch, messages, seqs)
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
-        for msg in batch:
-            if _stream_seq(msg) is not None:  # not a reply to whatever a sender put in `reply`
+        for msg, seq in zip(batch, seqs, strict=True):
+            if seq is not None:  # not a reply to whatever a sender put in `reply`
                 await msg.ack()
         self.ingested += len(batch)
 
-    def _decode_or_dead_letter(self, msg: Msg) -> Message:
-        seq = _stream_seq(msg)
+    def _decode_or_dead_letter(self, msg: Msg, seq: int | None) -> Message:
         if seq is None:
             # Not from the stream (someone published to the deliver subject): keep it anyway.
             reason = "not a JetStream delivery of the event stream"

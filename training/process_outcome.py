@@ -33,10 +33,6 @@ def result_fields(spec: RunSpec, device: str, trainer: str, **extra: Any) -> dic
     }
 
 
-def exit_status(code: int, log_path: Path, limits: Limits | None = None) -> tuple[RunStatus, str]:
-    return outcome(code, log_tail(log_path) if log_path.is_file() else "", limits or Limits())
-
-
 def outcome(code: int, tail: str, limits: Limits, log_size: int = 0) -> tuple[RunStatus, str]:
     """The status and reason of an experiment that exited with `code` (negative: a signal),
     from the end of its log (and its size: a full log cannot hold the traceback)."""
@@ -123,13 +119,3 @@ def fd_tail(fd: int, chars: int = LOG_TAIL_CHARS) -> str:
     offset): the runner reads the log it created, whatever the experiment put at its path."""
     size = os.fstat(fd).st_size
     return os.pread(fd, min(size, chars), max(0, size - chars)).decode("utf-8", errors="replace")
-
-
-def log_tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - LOG_TAIL_CHARS))
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
