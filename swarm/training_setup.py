@@ -112,6 +112,7 @@ async def run_worker(
         default_limits={t.index: limits_for(t) for t in ladder},
         max_message_bytes=config.bus.max_payload_bytes,
         max_concurrent={t.index: t.max_concurrent for t in ladder},
+        instant_target=isinstance(target, SyntheticTarget),
     )
     stop = asyncio.Event()
     stop_on_signals(stop)

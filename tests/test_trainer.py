@@ -173,6 +173,32 @@ async def test_a_trainer_takes_the_highest_tier_first_without_waiting_on_empty_o
     assert [r["tier"] for r in order] == [2, 2, 2, 0, 0, 0]
 
 
+async def test_an_instant_target_is_served_in_batches_exactly_once_highest_tier_first(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    """The synthetic target's trainer takes up to 32 jobs per fetch and publishes their results
+    together: each job still gets one result and one ack, and tier 2 still goes first."""
+    js = nc.jetstream()
+    specs = [
+        replace(tiny_spec(seed=s), tier=t, target="synthetic") for t in (0, 2) for s in range(40)
+    ]
+    for tier in (0, 1, 2):
+        await ensure_trainer_consumer(js, tier)
+    for spec in specs:
+        await enqueue_run(js, spec)
+    options = TrainerOptions(
+        (0, 1, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {}, instant_target=True
+    )
+    await serve_until_stored(nc, options, len(specs))
+    runs = await rows(nc, "select run_id, tier, status from runs order by started_at")
+    assert sorted(r["run_id"] for r in runs) == sorted(s.run_id for s in specs)
+    assert [r["tier"] for r in runs] == [2] * 40 + [0] * 40
+    assert {r["status"] for r in runs} == {RunStatus.OK}
+    for tier in (0, 2):
+        info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(tier))
+        assert (info.num_pending, info.num_ack_pending) == (0, 0)  # every job acked
+
+
 async def test_a_capped_tier_recovers_a_job_handed_to_a_pull_that_timed_out(
     nc: Client, ledger: LedgerService, tmp_path: Path
 ) -> None:

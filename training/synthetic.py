@@ -10,11 +10,13 @@ shares (so the ladder's paired comparisons cancel it) and a little noise of its 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import math
 import random
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +46,7 @@ SEED_NOISE = 0.02  # shared by every run on one seed and tier
 OWN_NOISE = 0.005
 
 
-def loss(values: dict[str, float], tier: int, seed: int) -> float:
+def loss(values: Mapping[str, float], tier: int, seed: int) -> float:
     bowl = sum(c * math.log(values[name] / best) ** 2 for name, (best, c) in SHAPE.items())
     shared = random.Random(f"seed/{tier}/{seed}").gauss(0.0, SEED_NOISE)
     key = "/".join(f"{values[name]!r}" for name in SHAPE) + f"/{tier}/{seed}"
@@ -72,6 +74,12 @@ def read_values(source: str) -> dict[str, float]:
     return values
 
 
+@functools.lru_cache(maxsize=1024)
+def _patched_values(source: str, patch: str, editable: str) -> Mapping[str, float]:
+    """An idea runs on several seeds and tiers: its recipe is patched and parsed once."""
+    return read_values(apply(source, patch, editable) if patch else source)
+
+
 @dataclass
 class SyntheticTarget:
     name: str = "synthetic"
@@ -97,8 +105,7 @@ class SyntheticTarget:
         started = time.monotonic()
         base = result_fields(spec, device, trainer, metric_name=self.metric_name)
         try:
-            patched = apply(source, spec.patch, self.editable) if spec.patch else source
-            values = read_values(patched)
+            values = _patched_values(source, spec.patch, self.editable)
         except PatchRefused as exc:
             return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
         except (SyntaxError, ValueError) as exc:

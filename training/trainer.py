@@ -6,6 +6,10 @@ RunResult and only then acks. A trainer killed mid-run never acks: the job comes
 consumer's ack_wait and another trainer completes it; the result's event id (from the run id)
 keeps the ledger at exactly one result. A job delivered MAX_DELIVERIES times (its trainers keep
 dying) ends in a CRASH result saying so, so no RunSpec is left without a result.
+
+An instant target (the synthetic one, whose experiments are arithmetic) is served in batches: up
+to INSTANT_BATCH jobs per fetch, run on the event loop, their results published together. One
+job per fetch cost four round trips per run and capped the swarm's capacity benchmark.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +47,13 @@ log = logging.getLogger(__name__)
 
 MAX_DELIVERIES = 3
 IDLE_POLL_S = 0.5
+INSTANT_BATCH = 32  # jobs per fetch for an instant target
+# An instant target's pull: nats-py's fetch of a batch, when no job is ready, waits its whole
+# timeout for the batch to fill, so the wait is kept short.
+INSTANT_POLL_S = 0.02
+# How long an empty higher tier or the current champion's number is trusted. Real runs take
+# seconds, so each of their jobs still checks both afresh; instant runs check every RECHECK_S.
+RECHECK_S = 0.2
 
 
 class WrongTarget(ValueError):
@@ -57,6 +69,7 @@ class TrainerOptions:
     default_limits: dict[int, RunLimits]  # per tier, for RunSpecs that do not carry limits
     max_message_bytes: int = 8 * 1024 * 1024
     max_concurrent: dict[int, int] = field(default_factory=dict)  # per tier cap, swarm-wide
+    instant_target: bool = False  # experiments cost nothing: batch them (see the module doc)
 
 
 class Trainer:
@@ -69,6 +82,9 @@ class Trainer:
         self.completed = 0
         self.champions = ChampionStore(self.js)
         self._cancel = threading.Event()
+        self._higher_empty_until = 0.0  # monotonic: higher tiers were found empty until then
+        self._current: tuple[int, float] = (0, 0.0)  # champion number, monotonic time read
+        self._publishing: list[asyncio.Future[None]] = []  # instant results awaiting acks
 
     async def run(self, stop: asyncio.Event) -> None:
         subs = []
@@ -80,26 +96,31 @@ class Trainer:
         await self._announce(AgentEventKind.JOINED, f"tiers {list(self.options.tiers)}")
         try:
             while not stop.is_set():
-                msg = await self._next_job(subs)
-                if msg is not None:
+                for msg in await self._next_jobs(subs):
                     await self._handle(msg, stop)
+                await self._published()
         finally:
+            await self._published()
             await self._announce(AgentEventKind.LEFT, f"completed {self.completed} runs")
             for sub in subs:
                 await sub.unsubscribe()
 
-    async def _next_job(self, subs: list[JetStreamContext.PullSubscription]) -> Msg | None:
-        """The next job, highest tier first. A higher tier is fetched from only when the server
-        says it has a job this trainer may take: an empty tier then costs one round trip, where
-        a pull on it would wait out its expiry (50 ms a tier, per job: the trainers' ceiling was
-        ~10 jobs/s). Only the lowest tier is waited on; a job arriving meanwhile at a higher
-        tier waits at most IDLE_POLL_S."""
-        for sub in subs[:-1]:
-            if await _has_job(sub):
-                msg = await _fetch(sub, 0.05)
-                if msg is not None:
-                    return msg
-        return await _fetch(subs[-1], IDLE_POLL_S)
+    async def _next_jobs(self, subs: list[JetStreamContext.PullSubscription]) -> list[Msg]:
+        """The next jobs (one, or a batch for an instant target), highest tier first. A higher
+        tier is fetched from only when the server says it has a job this trainer may take: an
+        empty tier then costs one round trip, where a pull on it would wait out its expiry (50
+        ms a tier, per job: the trainers' ceiling was ~10 jobs/s). Only the lowest tier is
+        waited on; a job arriving meanwhile at a higher tier waits at most IDLE_POLL_S."""
+        instant = self.options.instant_target
+        batch, wait = (INSTANT_BATCH, INSTANT_POLL_S) if instant else (1, IDLE_POLL_S)
+        if time.monotonic() >= self._higher_empty_until:
+            for sub in subs[:-1]:
+                if await _has_job(sub):
+                    msgs = await _fetch(sub, 0.05, batch)
+                    if msgs:
+                        return msgs
+            self._higher_empty_until = time.monotonic() + RECHECK_S
+        return await _fetch(subs[-1], wait, batch)
 
     async def _handle(self, msg: Msg, stop: asyncio.Event) -> None:
         try:
@@ -153,6 +174,11 @@ class Trainer:
         log.info(
             "run %s (tier %d, seed %d, delivery %d)", spec.run_id, spec.tier, spec.seed, deliveries
         )
+        if self.options.instant_target:  # arithmetic: no thread, no heartbeat, nothing to stop
+            self._publishing.append(
+                asyncio.ensure_future(self._publish(self._run(spec, source), msg))
+            )
+            return
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         runner = asyncio.ensure_future(asyncio.to_thread(self._run, spec, source))
         stopper = asyncio.ensure_future(stop.wait())
@@ -172,11 +198,25 @@ class Trainer:
         await self._publish(result, msg)
 
     async def _current_champion(self) -> int:
+        """The current champion's number, read again when RECHECK_S old (see the constant)."""
+        number, read_at = self._current
+        if time.monotonic() - read_at < RECHECK_S:
+            return number
         try:
-            return await self.champions.current()
+            number = await self.champions.current()
         except Exception as exc:  # the store is unreachable: run the job rather than guess
             log.warning("could not read the current champion: %s", exc)
             return 0
+        self._current = (number, time.monotonic())
+        return number
+
+    async def _published(self) -> None:
+        """Wait for the instant results in flight. One that fails is not acked: its job comes
+        back after the ack wait and runs again, as after a trainer's death."""
+        pending, self._publishing = self._publishing, []
+        for outcome in await asyncio.gather(*pending, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.warning("a result was not published (its job will be redelivered): %s", outcome)
 
     async def _champion(self, version: int) -> str:
         """The recipe a RunSpec's patch applies to, from the champion store. Version 1 is the
@@ -251,9 +291,8 @@ async def _has_job(sub: JetStreamContext.PullSubscription) -> bool:
     return quiet > (info.config.ack_wait or 0)
 
 
-async def _fetch(sub: JetStreamContext.PullSubscription, timeout: float) -> Msg | None:
+async def _fetch(sub: JetStreamContext.PullSubscription, timeout: float, batch: int) -> list[Msg]:
     try:
-        msgs = await sub.fetch(1, timeout=timeout)
+        return await sub.fetch(batch, timeout=timeout)
     except TimeoutError:
-        return None
-    return msgs[0] if msgs else None
+        return []
