@@ -68,5 +68,5 @@ class OfflineBrain:
         self.label = "heuristic"
 
     async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt:
-        proposal = self.search.propose(desk.source, desk.version, list(desk.findings), desk.tried)
+        proposal = self.search.propose(desk.source, desk.version, desk.findings, desk.tried)
         return Attempt(proposal, why_not="" if proposal else "no untried change left")

@@ -3,6 +3,8 @@ LLM calls and strategy versions), history first.
 
 An ordered consumer reads the event stream from its first message, so agents joining a running
 swarm (from any machine) learn everything that happened before they came, then follow live.
+What arrives in one turn of the event loop goes to the runtime as one HistoryBatch (see
+agents/runtime_agents.py for why).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 from autogen_core import SingleThreadedAgentRuntime, TopicId
 from nats.aio.client import Client
 
-from agents.runtime_agents import FINDINGS, SOURCE
+from agents.runtime_agents import FINDINGS, SOURCE, HistoryBatch
 from bus.messages import Message
 from bus.replay import Replay, replay_events
 
@@ -32,6 +34,8 @@ class NatsBridge:
         self.caught_up = asyncio.Event()
         self.forwarded = 0
         self._replay: Replay | None = None
+        self._batch: list[Message] = []
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         js = self.nc.jetstream()
@@ -43,10 +47,20 @@ class NatsBridge:
         # The replay decodes by subject; a message of another kind sent on a bridged subject
         # (the ledger dead-letters it) must not reach researchers that never expect its type.
         if message is not None and message.KIND in BRIDGED_KINDS:
-            await self.runtime.publish_message(message, TopicId(FINDINGS, SOURCE))
+            if not self._batch:
+                asyncio.get_running_loop().call_soon(self._send_batch)
+            self._batch.append(message)
             self.forwarded += 1
         if self._replay is not None and self._replay.caught_up(seq):
             self.caught_up.set()
+
+    def _send_batch(self) -> None:
+        batch = HistoryBatch(tuple(self._batch))
+        self._batch = []
+        # Tasks start in the order they are made: batches reach the runtime in stream order.
+        task = asyncio.ensure_future(self.runtime.publish_message(batch, TopicId(FINDINGS, SOURCE)))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def stop(self) -> None:
         if self._replay is not None:

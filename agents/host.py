@@ -22,6 +22,7 @@ from agents.brain import Brain, OfflineBrain
 from agents.brain_groups import BrainGroup
 from agents.bridge import NatsBridge
 from agents.heuristic_brain import HeuristicBrain, Persona
+from agents.history import History
 from agents.llm_brain import LlmBrain, LlmSettings
 from agents.llm_budget import LlmBudget
 from agents.llm_client import LlmClient
@@ -75,6 +76,7 @@ class HostOptions:
 
 @dataclass(slots=True)
 class Team:
+    history: History  # what the swarm learned, folded once for all the team's researchers
     researchers: list[Researcher]
     budget: LlmBudget
     book: StrategyBook | None
@@ -97,7 +99,7 @@ def make_team(options: HostOptions) -> Team:
     book = StrategyBook(setup.strategies, setup.strategies_seed) if setup else None
     clients: dict[str, LlmClient] = {}
     settings: dict[str, LlmSettings] = {}
-    team = Team([], budget, book, clients)
+    team = Team(History(options.editable, options.target), [], budget, book, clients)
     i = 0
     for group in groups:
         for _ in range(group.count):
@@ -118,6 +120,7 @@ def make_team(options: HostOptions) -> Team:
                     options.max_in_flight,
                     options.top_tier,
                     options.cooldown_s,
+                    team.history,
                 )
             )
             i += 1
@@ -154,8 +157,8 @@ async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> lis
             await ResearcherAgent.register(runtime, agent_type, _factory(researcher))
             await runtime.add_subscription(TypeSubscription(TICKS, agent_type))
             await runtime.add_subscription(TypeSubscription(tick_topic(i), agent_type))
-        researchers = team.researchers
-        await HistoryAgent.register(runtime, "history", lambda: HistoryAgent(researchers))
+        history, researchers = team.history, team.researchers
+        await HistoryAgent.register(runtime, "history", lambda: HistoryAgent(history, researchers))
         await runtime.add_subscription(TypeSubscription(FINDINGS, "history"))
         if team.book is not None:
             book = team.book
@@ -232,8 +235,10 @@ async def _announce(nc: Client, team: Team, kind: AgentEventKind) -> None:
     if team.meta is not None:
         label = f"{team.meta.settings.client.provider} {team.meta.settings.client.model}"
         events.append(AgentEvent(new_id("ev"), team.meta.name, kind, role="meta", detail=label))
-    for event in events:
-        try:
-            await publish_event(js, event)
-        except Exception as exc:
-            log.warning("could not announce %s for %s: %s", kind.value, event.agent, exc)
+    # Together: one at a time, a host orphaned with the bus down spent 5 s per researcher here.
+    outcomes = await asyncio.gather(
+        *(publish_event(js, event) for event in events), return_exceptions=True
+    )
+    for event, outcome in zip(events, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            log.warning("could not announce %s for %s: %s", kind.value, event.agent, outcome)

@@ -1,23 +1,24 @@
 """A researcher: reads what the swarm learned, proposes the next idea, explains why.
 
-Plain logic, no runtime and no bus (agents/runtime_agents.py hosts it in autogen-core). It folds
-ideas, decisions, failed runs and champion changes into findings, keeps at most `max_in_flight`
-of its own ideas undecided (back-pressure: the queue never fills with one agent's ideas), and
-asks its brain (agents/brain.py) for a proposal on the current champion, never one already tried
+Plain logic, no runtime and no bus (agents/runtime_agents.py hosts it in autogen-core). It reads
+the swarm's history from a History (agents/history.py) that the researchers of a host share, and
+keeps only its own state: at most `max_in_flight` of its own ideas undecided (back-pressure: the
+queue never fills with one agent's ideas), its notes on what became of them, its rests. It asks
+its brain (agents/brain.py) for a proposal on the current champion, never one already tried
 there. After a failed attempt it waits before the next (doubling, up to 10x `cooldown_s`); when
 its brain's budget is spent it stops proposing and says so.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections import defaultdict, deque
-from dataclasses import dataclass, replace
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from agents.brain import Attempt, Brain, Desk, Failure
 from agents.heuristic_brain import Finding
-from agents.recipe_constants import Change, changes_between
+from agents.history import EVERYONE, History, Notice
 from bus.champion_store import fingerprint
 from bus.messages import (
     ChampionChange,
@@ -27,16 +28,14 @@ from bus.messages import (
     LlmCall,
     Message,
     RunResult,
-    RunStatus,
     Trace,
     Verdict,
     new_id,
 )
-from training.patching import PatchRefused, apply, make_patch
+from training.patching import make_patch
 
 # After these verdicts an idea is out of play (PROMOTE at the top tier too: it is being stacked).
 FINAL = frozenset({Verdict.REJECT, Verdict.REFUSED, Verdict.STALE, Verdict.HELD})
-FAILURES_KEPT = 20  # recent failed runs a brain is shown
 NOTES_KEPT = 12  # the researcher's own recent attempts a brain is shown
 MAX_BACKOFF = 10  # after repeated failed attempts, wait at most this many cooldowns
 # A brain with nothing untried rests 1, 2, 4 … up to 30 s before looking again: an offline brain
@@ -64,19 +63,21 @@ class Researcher:
         max_in_flight: int,
         top_tier: int,
         cooldown_s: float = 30.0,
+        history: History | None = None,  # the host's, shared; None: one of its own
     ) -> None:
+        if history is not None and (history.editable, history.target) != (editable, target):
+            raise ValueError(
+                f"{name} works on {target}/{editable}, its history on "
+                f"{history.target}/{history.editable}"
+            )
         self.name = name
         self.brain = brain
         self.editable = editable
         self.target = target
         self.max_in_flight = max_in_flight
         self.top_tier = top_tier
-        self.sources: dict[int, str] = {}  # champion version -> recipe
-        self.findings: dict[str, Finding] = {}
-        self.tried: dict[int, set[str]] = defaultdict(set)  # version -> fingerprints
+        self.history = history if history is not None else History(editable, target)
         self.in_flight: set[str] = set()
-        self.pending: dict[str, list[Decision]] = defaultdict(list)  # decisions before ideas
-        self.failures: deque[Failure] = deque(maxlen=FAILURES_KEPT)
         self.notes: deque[str] = deque(maxlen=NOTES_KEPT)
         self.proposed = 0
         self.cooldown_s = cooldown_s
@@ -87,9 +88,26 @@ class Researcher:
         self.stopped = ""  # why it stopped proposing for good ("" while it goes on)
         self.idea_strategy: dict[str, int] = {}  # own idea -> strategy version it came from
 
+    # What the swarm learned, read from the history.
     @property
     def champion(self) -> int:
-        return max(self.sources, default=0)
+        return self.history.champion
+
+    @property
+    def sources(self) -> Mapping[int, str]:
+        return self.history.sources
+
+    @property
+    def findings(self) -> Mapping[str, Finding]:
+        return self.history.findings
+
+    @property
+    def tried(self) -> Mapping[int, set[str]]:
+        return self.history.tried
+
+    @property
+    def failures(self) -> deque[Failure]:
+        return self.history.failures
 
     @property
     def busy(self) -> bool:
@@ -97,88 +115,60 @@ class Researcher:
 
     @property
     def mine(self) -> list[Finding]:
-        return [f for f in self.findings.values() if f.author == self.name]
+        return [f for f in self.history.findings.values() if f.author == self.name]
 
     def observe(self, message: Message) -> None:
-        """Fold one event of the swarm's history; kinds a researcher does not learn from pass."""
-        if isinstance(message, ChampionChange):
-            self.on_champion(message)
-        elif isinstance(message, Idea):
-            self.on_idea(message)
-        elif isinstance(message, Decision):
-            self.on_decision(message)
-        elif isinstance(message, RunResult):
-            self.on_result(message)
-        elif isinstance(message, LlmCall):
-            self.on_llm_call(message)
+        """Fold one event into the history and take what concerns this researcher. For a
+        researcher with a history of its own: a shared one is folded once, by SharedHistory."""
+        for notice in self.history.observe(message):
+            if notice.to in (EVERYONE, self.name):
+                self.hear(notice)
 
+    # One kind of event each, as `observe`.
     def on_champion(self, change: ChampionChange) -> None:
-        if change.version > self.champion and self.empty_in_a_row:
-            self.empty_in_a_row, self.resting_until = 0, 0.0  # new champion, new moves: look now
-        self.sources[change.version] = change.source
-        self.tried[change.version].add(fingerprint(change.source))
-        if change.kind is ChangeKind.STACK and change.idea_id in self.findings:
-            self.findings[change.idea_id] = replace(self.findings[change.idea_id], stacked=True)
-            self.in_flight.discard(change.idea_id)
-
-    def on_idea(self, idea: Idea) -> None:
-        if idea.idea_id in self.findings or idea.target != self.target:
-            return
-        base = self.sources.get(idea.champion_version)
-        changes: tuple[Change, ...] = ()
-        if base is not None:
-            changes, tried = _read_patch(base, idea.patch, self.editable)
-            self.tried[idea.champion_version].add(tried)
-        self.findings[idea.idea_id] = Finding(
-            idea.idea_id, idea.author, idea.champion_version, changes, idea.hypothesis, 0, "", None
-        )
-        for decision in self.pending.pop(idea.idea_id, []):
-            self.on_decision(decision)
+        self.observe(change)
 
     def on_decision(self, decision: Decision) -> None:
-        finding = self.findings.get(decision.idea_id)
-        if finding is None:
-            self.pending[decision.idea_id].append(decision)
-            return
-        if decision.tier >= finding.tier:
-            delta = decision.delta if decision.delta is not None else finding.delta
-            finding = replace(
-                finding,
-                tier=decision.tier,
-                verdict=decision.verdict.value,
-                delta=delta,
-                reason=decision.rule,
-            )
-            self.findings[decision.idea_id] = finding
+        self.observe(decision)
+
+    def on_result(self, result: RunResult) -> None:
+        self.observe(result)
+
+    def hear(self, notice: Notice) -> None:
+        """React to an event the history says concerns this researcher; its own state only."""
+        event = notice.event
+        if isinstance(event, ChampionChange):
+            if notice.new_champion and self.empty_in_a_row:  # new moves: look now
+                self.empty_in_a_row, self.resting_until = 0, 0.0
+            if event.kind is ChangeKind.STACK:  # out of play if it was one of its ideas
+                self.in_flight.discard(event.idea_id)
+        elif isinstance(event, Decision):
+            self._on_own_decision(event)
+        elif isinstance(event, RunResult):
+            self._on_own_failure(event)
+        elif isinstance(event, LlmCall):
+            self.on_llm_call(event)
+
+    def _on_own_decision(self, decision: Decision) -> None:
         final = decision.verdict in FINAL or (
             decision.verdict is Verdict.PROMOTE and decision.tier >= self.top_tier
         )
         if final:
             self.in_flight.discard(decision.idea_id)
-        if finding.author == self.name and decision.verdict is not Verdict.RETEST:
+        if decision.verdict is not Verdict.RETEST:
             self.notes.append(_outcome(decision))
+
+    def _on_own_failure(self, result: RunResult) -> None:
+        """Told why its idea failed, log included."""
+        tail = " | ".join(result.log_tail.strip().splitlines()[-3:])
+        self.notes.append(
+            f"{result.idea_id} {result.status.value} at tier {result.tier}: "
+            f"{result.reason}" + (f"; log ends: {tail}" if tail else "")
+        )
 
     def on_llm_call(self, call: LlmCall) -> None:
         if call.agent == self.name and call.idea_id and call.status == "ok":
             self.idea_strategy[call.idea_id] = call.strategy_version
-
-    def on_result(self, result: RunResult) -> None:
-        """Failed runs teach what breaks: the brain sees the latest ones with their log tails."""
-        if result.status in (RunStatus.OK, RunStatus.SKIPPED) or not result.idea_id:
-            return
-        if any(f.idea_id == result.idea_id and f.tier == result.tier for f in self.failures):
-            return  # one failure per idea and tier is enough to learn from
-        failure = Failure(
-            result.idea_id, result.tier, result.status.value, result.reason, result.log_tail
-        )
-        self.failures.append(failure)
-        finding = self.findings.get(result.idea_id)
-        if finding is not None and finding.author == self.name:  # told why, log included
-            tail = " | ".join(result.log_tail.strip().splitlines()[-3:])
-            self.notes.append(
-                f"{result.idea_id} {result.status.value} at tier {result.tier}: "
-                f"{result.reason}" + (f"; log ends: {tail}" if tail else "")
-            )
 
     async def propose(self) -> Step | None:
         """One attempt at the next idea; None while busy, resting, stopped or before the first
@@ -206,18 +196,20 @@ class Researcher:
         return self._step(attempt, idea_id, trace_id, source, version, len(desk.findings))
 
     def desk(self) -> Desk:
-        """What the brain reads: a snapshot of everything folded so far."""
-        version = self.champion
+        """What the brain reads: a snapshot of everything folded so far (the history's
+        snapshots of findings and tried recipes are shared until either changes)."""
+        history = self.history
+        version = history.champion
         return Desk(
             self.name,
             version,
-            self.sources[version],
+            history.sources[version],
             self.editable,
             self.top_tier,
-            tuple(self.findings.values()),
-            tuple(self.failures),
+            history.findings_snapshot(),
+            tuple(history.failures),
             tuple(self.notes),
-            frozenset(self.tried[version]),
+            history.tried_snapshot(version),
         )
 
     def _no_idea(self, attempt: Attempt, trace_id: str, version: int) -> Step | None:
@@ -276,23 +268,16 @@ class Researcher:
                 "brain": self.brain.label,
             },
         )
-        self.tried[version].add(fingerprint(proposal.source))
+        # Into the history now, not when the bus brings the idea back: its author must never
+        # propose it twice, and the host's other researchers need not either.
+        self.history.add_tried(version, fingerprint(proposal.source))
         self.in_flight.add(idea_id)
         self.proposed += 1
         self.notes.append(f"proposed {idea_id} on v{version}: {_first_line(proposal.hypothesis)}")
-        self.on_idea(idea)
+        for notice in self.history.observe(idea):  # a new id: no decision waits for it
+            if notice.to == self.name:
+                self.hear(notice)
         return Step(trace, idea, attempt.records)
-
-
-@functools.lru_cache(maxsize=4096)
-def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...], str]:
-    """What an idea changes and the fingerprint of its recipe. Every researcher of a host folds
-    every idea, so the patch is applied once per host (the cache), not once per researcher."""
-    try:
-        patched = apply(base, patch, editable)
-        return changes_between(base, patched), fingerprint(patched)
-    except (PatchRefused, SyntaxError):  # the ladder refuses it; nothing to learn
-        return (), fingerprint(base)
 
 
 def _first_line(text: str, limit: int = 120) -> str:

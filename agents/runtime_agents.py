@@ -2,13 +2,18 @@
 surface only).
 
 Topics: the bridge publishes the swarm's history (ideas, decisions, failed runs, champion
-changes, LLM calls, strategy versions) to FINDINGS, which one HistoryAgent per host folds into
-every researcher of the host: the runtime serialises a message once per delivery (for its
-telemetry), so a delivery per researcher made 100 researchers cost 100x per event. Ticks go to
-TICKS (all researchers, every second) and to `tick-<i>` (one researcher, as soon as it has room
-for another idea); the host's MetaTicks go to META. Researchers and the meta-agent publish their
-records, traces and ideas to OUTBOX, which only the BusOut agent reads, so nothing that came from
-NATS is sent back to it.
+changes, LLM calls, strategy versions) to FINDINGS, which one HistoryAgent per host folds, once,
+into the History its researchers share (agents/history.py), telling each event only to those it
+concerns: the runtime serialises a message once per delivery (for its telemetry), so a delivery
+per researcher made 100 researchers cost 100x per event, and so did a fold per researcher.
+Ticks go to TICKS (all researchers, every second) and to `tick-<i>` (one researcher, as soon as
+it has room for another idea); the host's MetaTicks go to META. Researchers and the meta-agent
+publish their records, traces and ideas to OUTBOX, which only the BusOut agent reads, so nothing
+that came from NATS is sent back to it.
+
+Events travel in batches (HistoryBatch in, Outgoing out): autogen-core's runtime takes one
+message from its queue per turn of the event loop, so a message per event left a host's queue
+about a second behind at 150 runs/s, and every idea a second late on the bus.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from autogen_core import (
 )
 from nats.js import JetStreamContext
 
+from agents.history import History, SharedHistory
 from agents.llm_budget import LlmBudget
 from agents.meta_agent import MetaAgent
 from agents.researcher import Researcher, Step
@@ -82,30 +88,45 @@ class MetaTick:
     """The host's nudge to the meta-agent: review the researchers."""
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryBatch:
+    """Events from the bus, in stream order (the bridge sends what arrived in one loop turn)."""
+
+    events: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """Messages for the bus, to be published in this order."""
+
+    messages: tuple[Message, ...]
+
+
+HistoryEvent = Idea | Decision | ChampionChange | RunResult | LlmCall
+
+
 def tick_topic(index: int) -> str:
     return f"tick-{index}"
 
 
 class HistoryAgent(RoutedAgent):
-    """Folds the swarm's history into every researcher of this host, and nudges each one that
-    has room for another idea now, rather than at the next periodic tick."""
+    """Folds the swarm's history once into the host's shared History, tells each event only to
+    the researchers it concerns, and nudges each one that has room for another idea now, rather
+    than at the next periodic tick."""
 
-    def __init__(self, researchers: list[Researcher]) -> None:
-        super().__init__("folds the swarm's history into the host's researchers")
-        self.researchers = researchers
+    def __init__(self, history: History, researchers: list[Researcher]) -> None:
+        super().__init__("folds the swarm's history for the host's researchers")
+        self.shared = SharedHistory(history, researchers)
 
     @message_handler
-    async def on_history(
-        self, message: Idea | Decision | ChampionChange | RunResult | LlmCall, ctx: MessageContext
-    ) -> None:
-        # Every researcher folds the event before anything awaits, so handlers running
+    async def on_history(self, message: HistoryBatch | HistoryEvent, ctx: MessageContext) -> None:
+        # The events are folded, and told, before anything awaits, so handlers running
         # concurrently cannot interleave inside a fold: each sees the events in stream order.
-        freed = []
-        for index, researcher in enumerate(self.researchers):
-            was_busy = researcher.busy
-            researcher.observe(message)
-            if was_busy and not researcher.busy:
-                freed.append(index)
+        events = message.events if isinstance(message, HistoryBatch) else (message,)
+        freed: dict[int, None] = {}  # in order, once each
+        for event in events:
+            if isinstance(event, HistoryEvent):
+                freed.update(dict.fromkeys(self.shared.fold(event)))
         for index in freed:
             await self.publish_message(Tick(), TopicId(tick_topic(index), SOURCE))
 
@@ -136,12 +157,10 @@ class ResearcherAgent(RoutedAgent):
 
 async def publish_step(agent: RoutedAgent, step: Step) -> None:
     """The records first, then the why, then the idea: whoever reads the idea finds its story."""
-    outbox = TopicId(OUTBOX, SOURCE)
-    for record in step.records:
-        await agent.publish_message(record, outbox)
-    await agent.publish_message(step.trace, outbox)
-    if step.idea is not None:
-        await agent.publish_message(step.idea, outbox)
+    idea = (step.idea,) if step.idea is not None else ()
+    await agent.publish_message(
+        Outgoing((*step.records, step.trace, *idea)), TopicId(OUTBOX, SOURCE)
+    )
 
 
 class AccountsAgent(RoutedAgent):
@@ -159,6 +178,14 @@ class AccountsAgent(RoutedAgent):
     @message_handler
     async def on_strategy(self, message: StrategyVersion, ctx: MessageContext) -> None:
         self.book.observe(message)
+
+    @message_handler
+    async def on_batch(self, message: HistoryBatch, ctx: MessageContext) -> None:
+        for event in message.events:
+            if isinstance(event, LlmCall):
+                self.budget.observe(event)
+            elif isinstance(event, StrategyVersion):
+                self.book.observe(event)
 
 
 class MetaHostAgent(RoutedAgent):
@@ -219,6 +246,11 @@ class BusOutAgent(RoutedAgent):
         ctx: MessageContext,
     ) -> None:
         await self._send(message)
+
+    @message_handler
+    async def on_outgoing_batch(self, message: Outgoing, ctx: MessageContext) -> None:
+        for item in message.messages:
+            await self._send(item)
 
     async def _send(self, message: Message) -> None:
         for attempt in range(5):

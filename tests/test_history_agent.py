@@ -1,5 +1,6 @@
-"""One HistoryAgent per host folds each event into every researcher, in a real autogen-core
-runtime, and nudges a researcher the moment a decision frees room for its next idea."""
+"""One HistoryAgent per host folds each event once into the History its researchers share, in a
+real autogen-core runtime, tells it only to the researchers it concerns, and nudges a researcher
+the moment a decision frees room for its next idea."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from autogen_core import (
 
 from agents.brain import OfflineBrain
 from agents.heuristic_brain import HeuristicBrain, Persona
+from agents.history import History
 from agents.researcher import Researcher
 from agents.runtime_agents import (
     FINDINGS,
@@ -21,12 +23,13 @@ from agents.runtime_agents import (
     SOURCE,
     TICKS,
     HistoryAgent,
+    Outgoing,
     QuietRuntime,
     ResearcherAgent,
     Tick,
     tick_topic,
 )
-from bus.messages import ChampionChange, ChangeKind, Decision, Idea, Trace, Verdict
+from bus.messages import ChampionChange, ChangeKind, Decision, Idea, Verdict
 from training.target_info import RECIPE
 
 
@@ -36,16 +39,22 @@ class Outbox(RoutedAgent):
         self.seen = seen
 
     @message_handler
-    async def on_outgoing(self, message: Idea | Trace, ctx: MessageContext) -> None:
-        if isinstance(message, Idea):
-            self.seen.append(message)
+    async def on_outgoing(self, message: Outgoing, ctx: MessageContext) -> None:
+        self.seen.extend(m for m in message.messages if isinstance(m, Idea))
 
 
 async def test_a_decision_frees_its_author_who_proposes_at_once() -> None:
     runtime = QuietRuntime()
+    history = History("recipe.py", "bytelm")
     researchers = [
         Researcher(
-            f"r{i}", OfflineBrain(HeuristicBrain(Persona.EXPLORER, i)), "recipe.py", "bytelm", 1, 2
+            f"r{i}",
+            OfflineBrain(HeuristicBrain(Persona.EXPLORER, i)),
+            "recipe.py",
+            "bytelm",
+            1,
+            2,
+            history=history,
         )
         for i in range(2)
     ]
@@ -54,7 +63,7 @@ async def test_a_decision_frees_its_author_who_proposes_at_once() -> None:
         await ResearcherAgent.register(runtime, f"r{i}", lambda r=researcher: ResearcherAgent(r))  # type: ignore[misc]
         await runtime.add_subscription(TypeSubscription(TICKS, f"r{i}"))
         await runtime.add_subscription(TypeSubscription(tick_topic(i), f"r{i}"))
-    await HistoryAgent.register(runtime, "history", lambda: HistoryAgent(researchers))
+    await HistoryAgent.register(runtime, "history", lambda: HistoryAgent(history, researchers))
     await runtime.add_subscription(TypeSubscription(FINDINGS, "history"))
     await Outbox.register(runtime, "outbox", lambda: Outbox(ideas))
     await runtime.add_subscription(TypeSubscription(OUTBOX, "outbox"))
@@ -66,7 +75,7 @@ async def test_a_decision_frees_its_author_who_proposes_at_once() -> None:
         await runtime.publish_message(Tick(), TopicId(TICKS, SOURCE))
         await runtime.stop_when_idle()
         assert sorted(i.author for i in ideas) == ["r0", "r1"]  # one each: both now busy
-        for idea in ideas:  # the history reaches every researcher, their own ideas included
+        for idea in ideas:  # the bus brings their own ideas back: known already, nothing changes
             await runtime.publish_message(idea, TopicId(FINDINGS, SOURCE))
         runtime.start()
         first = next(i for i in ideas if i.author == "r0")

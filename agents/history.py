@@ -1,0 +1,217 @@
+"""The swarm's history as a host's researchers read it, folded once per host.
+
+Every researcher of a host reads the same history: the champion recipes, what each idea changed
+and how far it climbed, the recipes already tried per champion, the latest failed runs. Folding
+it into each researcher made every event cost O(researchers) (22% of a 100-researcher host's
+time, by py-spy), so one History folds it, and SharedHistory tells each event only to the
+researchers it concerns: the author of a decided or failed idea, the agent of an LLM call, and
+everyone only for a champion change (rare). A researcher keeps only its own state
+(agents/researcher.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Protocol
+
+from agents.brain import Failure
+from agents.heuristic_brain import Finding
+from agents.recipe_constants import Change, changes_between
+from bus.champion_store import fingerprint
+from bus.messages import (
+    ChampionChange,
+    ChangeKind,
+    Decision,
+    Idea,
+    LlmCall,
+    Message,
+    RunResult,
+    RunStatus,
+)
+from training.patching import PatchRefused, apply
+
+FAILURES_KEPT = 20  # recent failed runs a brain is shown
+EVERYONE = ""  # a Notice for every researcher
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A folded event as it concerns researchers: `to` names the one (EVERYONE: all of them)."""
+
+    to: str
+    event: Message
+    new_champion: bool = False  # a ChampionChange beyond every champion folded before it
+
+
+class History:
+    """What the swarm learned, folded in stream order. A decision that arrives before its idea
+    waits for it. An idea proposed on this host enters when it is proposed (its author folds
+    it), so the host's other researchers know it before the bus brings it back."""
+
+    def __init__(self, editable: str, target: str) -> None:
+        self.editable = editable
+        self.target = target
+        self.sources: dict[int, str] = {}  # champion version -> recipe
+        self._findings: dict[str, Finding] = {}  # idea id -> finding, in the order first seen
+        self.tried: dict[int, set[str]] = defaultdict(set)  # version -> fingerprints
+        self.pending: dict[str, list[Decision]] = defaultdict(list)  # decisions before ideas
+        self.failures: deque[Failure] = deque(maxlen=FAILURES_KEPT)
+        # Snapshots for brains, rebuilt only after a change: a burst of proposals between two
+        # events shares one instead of copying every finding per proposal.
+        self._findings_snapshot: tuple[Finding, ...] | None = None
+        self._tried_snapshots: dict[int, frozenset[str]] = {}
+
+    @property
+    def champion(self) -> int:
+        return max(self.sources, default=0)
+
+    @property
+    def findings(self) -> Mapping[str, Finding]:
+        """Read-only: every change goes through this class, which keeps the snapshot honest."""
+        return MappingProxyType(self._findings)
+
+    def findings_snapshot(self) -> tuple[Finding, ...]:
+        if self._findings_snapshot is None:
+            self._findings_snapshot = tuple(self._findings.values())
+        return self._findings_snapshot
+
+    def tried_snapshot(self, version: int) -> frozenset[str]:
+        snapshot = self._tried_snapshots.get(version)
+        if snapshot is None:
+            snapshot = self._tried_snapshots[version] = frozenset(self.tried[version])
+        return snapshot
+
+    def add_tried(self, version: int, recipe_fingerprint: str) -> None:
+        if recipe_fingerprint not in self.tried[version]:
+            self.tried[version].add(recipe_fingerprint)
+            self._tried_snapshots.pop(version, None)
+
+    def observe(self, message: Message) -> list[Notice]:
+        """Fold one event; what it means to researchers. Kinds the history ignores pass."""
+        if isinstance(message, ChampionChange):
+            return self._on_champion(message)
+        if isinstance(message, Idea):
+            return self._on_idea(message)
+        if isinstance(message, Decision):
+            return self._on_decision(message)
+        if isinstance(message, RunResult):
+            return self._on_result(message)
+        if isinstance(message, LlmCall):
+            return [Notice(message.agent, message)]
+        return []
+
+    def _set(self, finding: Finding) -> None:
+        self._findings[finding.idea_id] = finding
+        self._findings_snapshot = None
+
+    def _on_champion(self, change: ChampionChange) -> list[Notice]:
+        new = change.version > self.champion
+        self.sources[change.version] = change.source
+        self.add_tried(change.version, fingerprint(change.source))
+        finding = self._findings.get(change.idea_id)
+        if change.kind is ChangeKind.STACK and finding is not None:
+            self._set(replace(finding, stacked=True))
+        return [Notice(EVERYONE, change, new_champion=new)]
+
+    def _on_idea(self, idea: Idea) -> list[Notice]:
+        if idea.idea_id in self._findings or idea.target != self.target:
+            return []
+        base = self.sources.get(idea.champion_version)
+        changes: tuple[Change, ...] = ()
+        if base is not None:
+            changes, tried = _read_patch(base, idea.patch, self.editable)
+            self.add_tried(idea.champion_version, tried)
+        finding = Finding(
+            idea.idea_id, idea.author, idea.champion_version, changes, idea.hypothesis, 0, "", None
+        )
+        self._set(finding)
+        notices: list[Notice] = []
+        for decision in self.pending.pop(idea.idea_id, []):
+            notices += self._on_decision(decision)
+        return notices
+
+    def _on_decision(self, decision: Decision) -> list[Notice]:
+        finding = self._findings.get(decision.idea_id)
+        if finding is None:
+            self.pending[decision.idea_id].append(decision)
+            return []
+        if decision.tier >= finding.tier:
+            delta = decision.delta if decision.delta is not None else finding.delta
+            self._set(
+                replace(
+                    finding,
+                    tier=decision.tier,
+                    verdict=decision.verdict.value,
+                    delta=delta,
+                    reason=decision.rule,
+                )
+            )
+        return [Notice(finding.author, decision)]
+
+    def _on_result(self, result: RunResult) -> list[Notice]:
+        """Failed runs teach what breaks: brains see the latest ones with their log tails."""
+        if result.status in (RunStatus.OK, RunStatus.SKIPPED) or not result.idea_id:
+            return []
+        if any(f.idea_id == result.idea_id and f.tier == result.tier for f in self.failures):
+            return []  # one failure per idea and tier is enough to learn from
+        failure = Failure(
+            result.idea_id, result.tier, result.status.value, result.reason, result.log_tail
+        )
+        self.failures.append(failure)
+        finding = self._findings.get(result.idea_id)
+        return [] if finding is None else [Notice(finding.author, result)]
+
+
+class Reader(Protocol):
+    """A researcher as SharedHistory sees it (agents/researcher.py)."""
+
+    name: str
+    history: History
+
+    @property
+    def busy(self) -> bool: ...
+
+    def hear(self, notice: Notice) -> None: ...
+
+
+class SharedHistory:
+    """One History folded once for many researchers, each told only what concerns it."""
+
+    def __init__(self, history: History, readers: Sequence[Reader]) -> None:
+        strangers = [r.name for r in readers if r.history is not history]
+        if strangers:  # they would never learn anything
+            raise ValueError(f"researchers {strangers} read another history")
+        self.history = history
+        self.readers = readers
+        self.by_name: dict[str, list[int]] = defaultdict(list)
+        for index, reader in enumerate(readers):
+            self.by_name[reader.name].append(index)
+
+    def fold(self, message: Message) -> list[int]:
+        """Fold one event; the indices of the researchers it freed (busy before, not after)."""
+        freed: set[int] = set()
+        everyone = range(len(self.readers))
+        for notice in self.history.observe(message):
+            for index in everyone if notice.to == EVERYONE else self.by_name.get(notice.to, ()):
+                reader = self.readers[index]
+                was_busy = reader.busy
+                reader.hear(notice)
+                if was_busy and not reader.busy:
+                    freed.add(index)
+        return sorted(freed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...], str]:
+    """What an idea changes and the fingerprint of its recipe. Researchers built without a
+    shared history each fold every idea (the search benchmark's do), so the patch is applied
+    once per process (the cache), not once per researcher."""
+    try:
+        patched = apply(base, patch, editable)
+        return changes_between(base, patched), fingerprint(patched)
+    except (PatchRefused, SyntaxError):  # the ladder refuses it; nothing to learn
+        return (), fingerprint(base)
