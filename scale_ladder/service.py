@@ -13,6 +13,7 @@ People talk to it by request/reply on `swarm.ladder.control` (approve, reject, r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -49,8 +50,10 @@ class LadderService:
         self.caught_up = asyncio.Event()
         self._inbox: asyncio.Queue[tuple[Message | None, int]] = asyncio.Queue()
         self._lock = asyncio.Lock()  # one act-and-publish at a time
+        self._stop = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
         replay = await replay_events(
             self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive
         )
@@ -132,13 +135,19 @@ class LadderService:
                 await self._publish_until_done(message)
 
     async def _publish_until_done(self, message: Message) -> None:
-        while True:
+        """Until published, or until the ladder is told to stop: giving up then is what a kill
+        at that moment does, and the next ladder replays the stream and makes it again (the
+        fault tests kill it anywhere). Retrying past a stop kept an orphaned ladder alive for
+        as long as the bus was down."""
+        while not self._stop.is_set():
             try:
                 await self._publish_one(message)
                 return
             except Exception as exc:  # the bus is down or slow: the state already has it
                 log.warning("publishing %s failed (%s); retrying", message.event_id, exc)
-                await asyncio.sleep(RETRY_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), RETRY_S)
+        log.warning("stopping with %s unpublished", message.event_id)
 
     async def _publish_one(self, message: Message) -> None:
         if isinstance(message, RunSpec):

@@ -177,17 +177,25 @@ async def test_an_instant_target_is_served_in_batches_exactly_once_highest_tier_
     nc: Client, ledger: LedgerService, tmp_path: Path
 ) -> None:
     """The synthetic target's trainer takes up to 32 jobs per fetch and publishes their results
-    together: each job still gets one result and one ack, and tier 2 still goes first."""
+    together: each job still gets one result and one ack, tier 2 still goes first, and its cap
+    holds (the server refuses a pull for more jobs than a capped tier's cap)."""
     js = nc.jetstream()
     specs = [
         replace(tiny_spec(seed=s), tier=t, target="synthetic") for t in (0, 2) for s in range(40)
     ]
-    for tier in (0, 1, 2):
-        await ensure_trainer_consumer(js, tier)
+    caps = {0: 0, 1: 0, 2: 2}
+    for tier, cap in caps.items():
+        await ensure_trainer_consumer(js, tier, cap)
     for spec in specs:
         await enqueue_run(js, spec)
     options = TrainerOptions(
-        (0, 1, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {}, instant_target=True
+        (0, 1, 2),
+        "cpu",
+        tmp_path / "scratch",
+        tmp_path / "logs",
+        {},
+        max_concurrent=caps,
+        instant_target=True,
     )
     await serve_until_stored(nc, options, len(specs))
     runs = await rows(nc, "select run_id, tier, status from runs order by started_at")

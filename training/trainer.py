@@ -97,6 +97,8 @@ class Trainer:
         try:
             while not stop.is_set():
                 for msg in await self._next_jobs(subs):
+                    if stop.is_set():  # the rest of a batch comes back after the ack wait
+                        break
                     await self._handle(msg, stop)
                 await self._published()
         finally:
@@ -111,16 +113,23 @@ class Trainer:
         empty tier then costs one round trip, where a pull on it would wait out its expiry (50
         ms a tier, per job: the trainers' ceiling was ~10 jobs/s). Only the lowest tier is
         waited on; a job arriving meanwhile at a higher tier waits at most IDLE_POLL_S."""
-        instant = self.options.instant_target
-        batch, wait = (INSTANT_BATCH, INSTANT_POLL_S) if instant else (1, IDLE_POLL_S)
+        tiers = sorted(self.options.tiers, reverse=True)  # as `subs`
+        wait = INSTANT_POLL_S if self.options.instant_target else IDLE_POLL_S
         if time.monotonic() >= self._higher_empty_until:
-            for sub in subs[:-1]:
+            for tier, sub in zip(tiers[:-1], subs[:-1], strict=True):
                 if await _has_job(sub):
-                    msgs = await _fetch(sub, 0.05, batch)
+                    msgs = await _fetch(sub, 0.05, self._batch(tier))
                     if msgs:
                         return msgs
             self._higher_empty_until = time.monotonic() + RECHECK_S
-        return await _fetch(subs[-1], wait, batch)
+        return await _fetch(subs[-1], wait, self._batch(tiers[-1]))
+
+    def _batch(self, tier: int) -> int:
+        """Jobs per fetch: the server refuses a pull for more than a capped tier's cap."""
+        if not self.options.instant_target:
+            return 1
+        cap = self.options.max_concurrent.get(tier, 0)
+        return min(INSTANT_BATCH, cap) if cap > 0 else INSTANT_BATCH
 
     async def _handle(self, msg: Msg, stop: asyncio.Event) -> None:
         try:
@@ -206,8 +215,7 @@ class Trainer:
             number = await self.champions.current()
         except Exception as exc:  # the store is unreachable: run the job rather than guess
             log.warning("could not read the current champion: %s", exc)
-            return 0
-        self._current = (number, time.monotonic())
+        self._current = (number, time.monotonic())  # unreachable: not asked again for a while
         return number
 
     async def _published(self) -> None:
