@@ -20,6 +20,7 @@ format:
 bench:
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
 	$(PY) bench/capacity.py --agents 100 --seconds 60
+	$(PY) bench/bus_floor.py --messages 5000
 	$(PY) -m bench.search --seeds 3 --problems synthetic:0.9,synthetic:0.3,lcdb:1485
 	$(PY) -m bench.search.savings --pools 5 --ideas 40
 	rm -rf /tmp/swarm-util && $(PY) bench/utilisation.py --minutes 2 --workspace /tmp/swarm-util
@@ -29,6 +30,7 @@ bench-long:
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
 	$(PY) bench/capacity.py --agents 100 --seconds 300
 	$(PY) bench/capacity.py --agents 100 --seconds 300 --steady
+	$(PY) bench/bus_floor.py --messages 20000
 	$(PY) -m bench.search --seeds 10
 	$(PY) -m bench.search --seeds 10 --problems synthetic:0.9:4,synthetic:0.3:4
 	$(PY) -m bench.search.savings --pools 20 --ideas 40
