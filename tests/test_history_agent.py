@@ -23,6 +23,7 @@ from agents.runtime_agents import (
     SOURCE,
     TICKS,
     HistoryAgent,
+    HistoryBatch,
     Outgoing,
     QuietRuntime,
     ResearcherAgent,
@@ -75,12 +76,13 @@ async def test_a_decision_frees_its_author_who_proposes_at_once() -> None:
         await runtime.publish_message(Tick(), TopicId(TICKS, SOURCE))
         await runtime.stop_when_idle()
         assert sorted(i.author for i in ideas) == ["r0", "r1"]  # one each: both now busy
-        for idea in ideas:  # the bus brings their own ideas back: known already, nothing changes
-            await runtime.publish_message(idea, TopicId(FINDINGS, SOURCE))
         runtime.start()
         first = next(i for i in ideas if i.author == "r0")
         verdict = Decision("d1", first.idea_id, 0, Verdict.REJECT, 1, "no gain")
-        await runtime.publish_message(verdict, TopicId(FINDINGS, SOURCE))
+        # As the bridge sends them: the bus brings their own ideas back (known already, nothing
+        # changes), then the verdict, in one batch.
+        batch = HistoryBatch((*ideas, verdict))
+        await runtime.publish_message(batch, TopicId(FINDINGS, SOURCE))
         await runtime.stop_when_idle()
     finally:
         await runtime.close()
