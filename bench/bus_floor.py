@@ -54,7 +54,7 @@ WINDOW = 100  # publishes in flight at once
 BATCH = 32  # jobs per fetch
 # Per decided run, from a 40 s capacity run (100 agents, synthetic target, 2026-11-23): events
 # of every kind on the stream, and the ordered consumers reading all of them (ladder + agents).
-EVENTS_PER_RUN = 3.9
+EVENTS_PER_RUN = 4.7
 REPLAYERS = 2
 
 
