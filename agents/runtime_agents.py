@@ -105,6 +105,11 @@ class Outgoing:
 HistoryEvent = Idea | Decision | ChampionChange | RunResult | LlmCall
 
 
+def events_of(message: HistoryBatch | Message) -> tuple[Message, ...]:
+    """What a FINDINGS message carries: the bridge sends batches; tests may send one event."""
+    return message.events if isinstance(message, HistoryBatch) else (message,)
+
+
 def tick_topic(index: int) -> str:
     return f"tick-{index}"
 
@@ -122,9 +127,8 @@ class HistoryAgent(RoutedAgent):
     async def on_history(self, message: HistoryBatch | HistoryEvent, ctx: MessageContext) -> None:
         # The events are folded, and told, before anything awaits, so handlers running
         # concurrently cannot interleave inside a fold: each sees the events in stream order.
-        events = message.events if isinstance(message, HistoryBatch) else (message,)
         freed: dict[int, None] = {}  # in order, once each
-        for event in events:
+        for event in events_of(message):
             if isinstance(event, HistoryEvent):
                 freed.update(dict.fromkeys(self.shared.fold(event)))
         for index in freed:
@@ -172,16 +176,10 @@ class AccountsAgent(RoutedAgent):
         self.book = book
 
     @message_handler
-    async def on_llm_call(self, message: LlmCall, ctx: MessageContext) -> None:
-        self.budget.observe(message)
-
-    @message_handler
-    async def on_strategy(self, message: StrategyVersion, ctx: MessageContext) -> None:
-        self.book.observe(message)
-
-    @message_handler
-    async def on_batch(self, message: HistoryBatch, ctx: MessageContext) -> None:
-        for event in message.events:
+    async def on_history(
+        self, message: HistoryBatch | LlmCall | StrategyVersion, ctx: MessageContext
+    ) -> None:
+        for event in events_of(message):
             if isinstance(event, LlmCall):
                 self.budget.observe(event)
             elif isinstance(event, StrategyVersion):

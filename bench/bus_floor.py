@@ -182,10 +182,10 @@ async def main(args: argparse.Namespace) -> None:
     report(costs, args, len(encode(sample_result())))
 
 
-def per_run_counts(ledger: Path | None) -> tuple[float, float]:
-    """Events per decided run and jobs per run, from a capacity run's ledger if given."""
+def events_per_run(ledger: Path | None) -> float:
+    """Events per decided run, from a capacity run's ledger if given (each run is one job)."""
     if ledger is None:
-        return EVENTS_PER_RUN, 1.0
+        return EVENTS_PER_RUN
     import duckdb
 
     con = duckdb.connect(str(ledger), read_only=True)
@@ -198,7 +198,7 @@ def per_run_counts(ledger: Path | None) -> tuple[float, float]:
         runs = con.execute("select count(*) from runs").fetchone()[0]  # type: ignore[index]
     finally:
         con.close()
-    return events / runs, 1.0
+    return float(events / runs)
 
 
 def report(costs: dict[str, Cost], args: argparse.Namespace, size: int) -> None:
@@ -206,16 +206,16 @@ def report(costs: dict[str, Cost], args: argparse.Namespace, size: int) -> None:
     print(f"  {'step':40s} {'client µs':>10s} {'server µs':>10s}")
     for name, cost in costs.items():
         print(f"  {name:40s} {cost.client_us:10.1f} {cost.server_us:10.1f}")
-    events, jobs = per_run_counts(args.ledger)
+    events = events_per_run(args.ledger)
     c = list(costs.values())
     per_event = c[0].client_us + c[0].server_us + c[2].client_us + c[2].server_us
     per_event += REPLAYERS * (c[1].client_us + c[1].server_us)
     per_job = sum(x.client_us + x.server_us for x in c[3:])
-    per_run = events * per_event + jobs * per_job
+    per_run = events * per_event + per_job
     cores = os.cpu_count() or 1
     print(
         f"  per run: {events:.2f} events x {per_event:.0f} µs (publish, ledger, {REPLAYERS} "
-        f"replays) + {jobs:.0f} job x {per_job:.0f} µs = {per_run / 1e3:.2f} ms of CPU"
+        f"replays) + 1 job x {per_job:.0f} µs = {per_run / 1e3:.2f} ms of CPU"
     )
     print(f"  floor: at most {cores * 1e6 / per_run:,.0f} runs/s on {cores} cores, with no logic")
 

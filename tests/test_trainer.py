@@ -178,7 +178,7 @@ async def test_an_instant_target_is_served_in_batches_exactly_once_highest_tier_
 ) -> None:
     """The synthetic target's trainer takes up to 32 jobs per fetch and publishes their results
     together: each job still gets one result and one ack, tier 2 still goes first, and its cap
-    holds (the server refuses a pull for more jobs than a capped tier's cap)."""
+    holds (a trainer never asks for more jobs than a capped tier's cap)."""
     js = nc.jetstream()
     specs = [
         replace(tiny_spec(seed=s), tier=t, target="synthetic") for t in (0, 2) for s in range(40)

@@ -125,7 +125,9 @@ class Trainer:
         return await _fetch(subs[-1], wait, self._batch(tiers[-1]))
 
     def _batch(self, tier: int) -> int:
-        """Jobs per fetch: the server refuses a pull for more than a capped tier's cap."""
+        """Jobs per fetch, never more than a capped tier's cap: a pull for more stays waiting on
+        the server after the client returns, and takes the tier's next job into a queue nobody
+        reads until the ack wait ends (one fault-test drain left 28 capped jobs undone)."""
         if not self.options.instant_target:
             return 1
         cap = self.options.max_concurrent.get(tier, 0)
