@@ -124,16 +124,6 @@ class Researcher:
             if notice.to in (EVERYONE, self.name):
                 self.hear(notice)
 
-    # One kind of event each, as `observe`.
-    def on_champion(self, change: ChampionChange) -> None:
-        self.observe(change)
-
-    def on_decision(self, decision: Decision) -> None:
-        self.observe(decision)
-
-    def on_result(self, result: RunResult) -> None:
-        self.observe(result)
-
     def hear(self, notice: Notice) -> None:
         """React to an event the history says concerns this researcher; its own state only."""
         event = notice.event

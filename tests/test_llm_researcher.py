@@ -103,7 +103,7 @@ def team_for(
         meta_min_outcomes=2,
     )
     team = make_team(options)
-    team.researchers[0].on_champion(
+    team.researchers[0].observe(
         ChampionChange(1, 0, ChangeKind.INITIAL, recipe_sha(SOURCE), source=SOURCE)
     )
     return team
@@ -306,7 +306,7 @@ async def test_edits_to_program_and_strategy_files_count_from_the_next_proposal(
 
 
 def decide(researcher: Researcher, idea_id: str, verdict: Verdict, tier: int, delta: float) -> None:
-    researcher.on_decision(
+    researcher.observe(
         Decision(new_id("dec"), idea_id, tier, verdict, 1, f"rule {verdict}", delta, 0.01, 2)
     )
 
@@ -402,7 +402,7 @@ async def test_the_author_is_told_why_its_idea_failed_with_the_log_tail_and_numb
             reason="exit code 1",
             log_tail="Traceback (most recent call last):\nRuntimeError: shape mismatch in qkv",
         )
-        researcher.on_result(crash)
+        researcher.observe(crash)
         decide(researcher, idea_id, Verdict.REJECT, 0, -0.012)
         await researcher.propose()
         await team.close()
