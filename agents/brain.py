@@ -1,19 +1,75 @@
-"""What a researcher's brain is given and what it gives back.
+"""The one seam every brain implements: what a researcher's brain is given and gives back.
 
 A researcher folds the swarm's history into a Desk (the champion recipe, every finding, recent
 failures with their log tails, its own recent outcomes) and asks its brain for one Attempt: a
 Proposal, or why there is none, plus the records the attempt produced (LLM calls, prompt
-prefixes, strategy versions) for the ledger. Two kinds of brain: the offline heuristic search
-(OfflineBrain, below) and a language model (agents/llm_brain.py).
+prefixes, strategy versions) for the ledger. Three kinds of brain implement it: a model-based
+search on Optuna (agents/model_brain.py), the heuristic personas (agents/heuristic_brain.py) and
+a language model (agents/llm_brain.py). The types here are what brains, the LLM prompt, the
+meta-agent and the live view share; nothing in this module depends on any one brain.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from agents.heuristic_brain import Finding, HeuristicBrain, Persona, Proposal
+from agents.recipe_constants import Change
 from bus.messages import Message
+
+
+class Persona(enum.StrEnum):
+    """A research style: the heuristic brain's preferred move, an LLM researcher's strategy
+    file. Model-based brains have none (their surrogate decides where to look)."""
+
+    EXPLORER = "explorer"
+    EXPLOITER = "exploiter"
+    COMBINER = "combiner"
+    ABLATOR = "ablator"
+
+
+@dataclass(frozen=True, slots=True)
+class Gain:
+    """An idea's mean paired gain at one tier of one champion, from its final verdict there."""
+
+    version: int  # the champion it was compared with (after rebases)
+    tier: int
+    delta: float  # positive: better than that champion
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What the swarm learned about one idea, as read from the event stream (the ledger's input)."""
+
+    idea_id: str
+    author: str
+    champion_version: int  # the champion it was proposed on
+    changes: tuple[Change, ...]  # the recipe constants it changed
+    hypothesis: str
+    tier: int  # highest tier decided
+    verdict: str  # latest verdict; "" while undecided
+    delta: float | None  # mean paired gain at that tier; positive: better than the champion
+    stacked_into: int = 0  # the champion version it became; 0: not stacked
+    reason: str = ""  # the rule behind the latest verdict, or why its runs failed
+    gains: tuple[Gain, ...] = ()  # every tier it was decided at (PROMOTE or REJECT), in order
+    failed: bool = False  # a run of it crashed, timed out or ran out of memory
+    code_changed: bool = False  # its patch edits more than the constants in `changes`
+
+    @property
+    def stacked(self) -> bool:
+        return self.stacked_into > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    hypothesis: str
+    source: str  # the full new recipe
+    changes: tuple[Change, ...]
+    persona: Persona | None
+    why: str  # what the brain read and why it chose this, for the trace
+    parents: tuple[str, ...] = ()  # idea ids it builds on
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +97,12 @@ class Desk:
     failures: tuple[Failure, ...]  # recent failed runs, newest last
     notes: tuple[str, ...]  # the researcher's own recent attempts and what became of them
     tried: frozenset[str]  # fingerprints of recipes already tried on this champion
+    # version -> tier -> the champion's estimated gain over the first champion at that tier
+    # (the lineage's stacked gains summed): puts findings on different champions on one scale
+    levels: Mapping[int, Mapping[int, float]] = field(default_factory=dict)
+    sources: Mapping[int, str] = field(
+        default_factory=dict
+    )  # every champion version's recipe (findings' bases)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +115,9 @@ class Attempt:
 
 
 class Brain(Protocol):
-    persona: Persona
     label: str  # what the live view and the traces call it, e.g. "anthropic claude-sonnet-4-5"
 
+    @property
+    def persona(self) -> Persona | None: ...
+
     async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt: ...
-
-
-class OfflineBrain:
-    """The heuristic search behind the Brain interface (no I/O, so nothing to record)."""
-
-    def __init__(self, search: HeuristicBrain) -> None:
-        self.search = search
-        self.persona = search.persona
-        self.label = "heuristic"
-
-    async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt:
-        proposal = self.search.propose(desk.source, desk.version, desk.findings, desk.tried)
-        return Attempt(proposal, why_not="" if proposal else "no untried change left")

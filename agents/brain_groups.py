@@ -1,14 +1,19 @@
-"""Which brain each researcher gets: `heuristic`, or groups such as `anthropic:6,heuristic:2`.
+"""Which brain each researcher gets: `tpe`, or groups such as `anthropic:6,tpe:2`.
 
-A group without a count takes the researchers the others leave (at most one may), so
-`--agents 8 --brain anthropic:6,heuristic` is 6 Claude researchers and 2 offline ones.
+Offline brains: `tpe` (the default: Optuna's TPE over the recipe's constants,
+agents/model_brain.py), `gp` (Optuna's Gaussian process instead) and `heuristic` (the
+hand-written personas). A group
+without a count takes the researchers the others leave (at most one may), so
+`--agents 8 --brain anthropic:6,tpe` is 6 Claude researchers and 2 offline ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-BRAINS = ("heuristic", "anthropic", "openai")
+BRAINS = ("tpe", "gp", "heuristic", "anthropic", "openai")
+MODEL_BRAINS = ("tpe", "gp")  # model-based: one shared study per host (agents/model_brain.py)
+LLM_BRAINS = ("anthropic", "openai")
 
 
 class BrainSpecError(ValueError):

@@ -1,11 +1,12 @@
 """The offline research brain: an evolutionary search over the recipe's constants.
 
-Used when no LLM is configured. Each proposal is the champion recipe with a few of its top-level
-constants moved (see recipe_constants.py), chosen by one of four moves:
+Selectable with `--brain heuristic` (the default offline brain is model-based:
+agents/model_brain.py). Each proposal is the champion recipe with a few of its top-level constants
+moved within the recipe's search space (agents/search_space.py), chosen by one of four moves:
 
 - explore (mutation): one random constant, one step on its natural scale: x or / 1.25, 1.5 or 2
   for positive numbers, a step on the logit for fractions (so they stay in (0, 1)), x2 or /2 for
-  powers of two, the neighbouring option for categoricals, a flip for flags;
+  powers of two, another option for categoricals, a flip for flags;
 - exploit (local search): take a change that gained (positive paired delta on this champion, or
   promoted / stacked anywhere) and push the same constant further the same way by a smaller step,
   or try the value between the champion's and the idea's;
@@ -22,31 +23,28 @@ proposals, and what was tried is told by the caller (fingerprints), not remember
 
 from __future__ import annotations
 
-import enum
 import math
 import random
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
+from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.hypotheses import clip, describe, short, step_text
 from agents.recipe_constants import (
     Change,
     Constant,
-    Kind,
     Scalar,
     Value,
     constants,
-    distance,
     edit,
-    kind_of,
     moved_indices,
     parse_value,
     same_value,
     scalar_at,
-    step,
     with_element,
 )
+from agents.search_space import Dimension, Kind, SpaceError, distance, space_of, step
 from bus.champion_store import fingerprint
 
 PREFERRED_MOVE_PROBABILITY = 0.8
@@ -58,39 +56,6 @@ PROMOTED = frozenset({"PROMOTE", "HELD"})
 NEAR_MISS = frozenset({"PROMOTE", "HELD", "REJECT", "RETEST"})
 
 
-class Persona(enum.StrEnum):
-    EXPLORER = "explorer"
-    EXPLOITER = "exploiter"
-    COMBINER = "combiner"
-    ABLATOR = "ablator"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """What the swarm learned about one idea, as read from the ledger."""
-
-    idea_id: str
-    author: str
-    champion_version: int
-    changes: tuple[Change, ...]
-    hypothesis: str
-    tier: int  # highest tier decided
-    verdict: str  # latest verdict; "" while undecided
-    delta: float | None  # mean paired gain at that tier; positive: better than the champion
-    stacked: bool = False  # it became part of the champion
-    reason: str = ""  # the rule behind the latest verdict, or why its runs failed
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    hypothesis: str
-    source: str  # the full new recipe
-    changes: tuple[Change, ...]
-    persona: Persona
-    why: str  # what the brain read and why it chose this, for the trace
-    parents: tuple[str, ...] = ()  # idea ids it builds on
-
-
 @dataclass(frozen=True, slots=True)
 class _Board:
     """One call's inputs, parsed once."""
@@ -99,6 +64,7 @@ class _Board:
     version: int
     constants: Mapping[str, Constant]
     findings: tuple[Finding, ...]
+    space: Mapping[tuple[str, int | None], Dimension]  # (constant, tuple index) -> dimension
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +92,14 @@ def _applies(change: Change, board: _Board) -> bool:
     return constant is not None and same_value(constant.value, parse_value(change.old))
 
 
-def _slots(board: _Board) -> list[tuple[str, int | None, Scalar, Kind]]:
-    """Every scalar a move can step: each constant, and each element of a tuple constant."""
-    slots: list[tuple[str, int | None, Scalar, Kind]] = []
-    for name, constant in board.constants.items():
-        value = constant.value
-        indices: Sequence[int | None] = range(len(value)) if isinstance(value, tuple) else [None]
-        for index in indices:
-            x = scalar_at(value, index)
-            kind = kind_of(name, x, in_tuple=index is not None)
-            if kind is not None:
-                slots.append((name, index, x, kind))
+def _slots(board: _Board) -> list[tuple[Dimension, Scalar]]:
+    """Every scalar a move can step (the search space's dimensions), with its value."""
+    slots: list[tuple[Dimension, Scalar]] = []
+    for (name, index), d in board.space.items():
+        value = board.constants[name].value
+        if (index is None) == isinstance(value, tuple):
+            continue
+        slots.append((d, scalar_at(value, index)))
     return slots
 
 
@@ -156,8 +119,9 @@ class HeuristicBrain:
         tried: Collection[str],
     ) -> Proposal | None:
         """A new, untried recipe built from the champion, or None if every move is spent."""
+        space = {(d.constant, d.index): d for d in space_of(champion_source).dimensions}
         board = _Board(
-            champion_source, champion_version, constants(champion_source), tuple(findings)
+            champion_source, champion_version, constants(champion_source), tuple(findings), space
         )
         moves = {
             Persona.EXPLORER: self._explore,
@@ -220,16 +184,18 @@ class HeuristicBrain:
     def _explore(self, board: _Board) -> Iterator[_Draft]:
         # One constant drawn uniformly, then one of its steps; on retries, every other
         # constant's next step before a second step of the same one.
-        plans: list[list[tuple[str, int | None, Scalar, Kind, float]]] = []
-        for name, index, x, kind in _slots(board):
-            if kind is Kind.FLAG:
+        plans: list[list[tuple[Dimension, Scalar, float]]] = []
+        for d, x in _slots(board):
+            if d.kind is Kind.FLAG:
                 steps = [0.0]
-            elif kind in (Kind.CHOICE, Kind.POW2):
+            elif d.kind is Kind.CHOICE:  # any other option: the choices need not be ordered
+                steps = [k * math.log(2) for k in range(-len(d.choices), len(d.choices) + 1) if k]
+            elif d.kind is Kind.POW2:
                 steps = [math.log(2), -math.log(2)]
             else:
                 steps = [s * math.log(f) for f in EXPLORER_FACTORS for s in (1, -1)]
             self._rng.shuffle(steps)
-            plans.append([(name, index, x, kind, du) for du in steps])
+            plans.append([(d, x, du) for du in steps])
         self._rng.shuffle(plans)
         # Which findings on this champion touched each constant, in one pass: scanning every
         # finding per candidate made a proposal take seconds once thousands were held (a soak
@@ -243,10 +209,11 @@ class HeuristicBrain:
             for plan in plans:
                 if round_ >= len(plan):
                     continue
-                name, index, x, kind, du = plan[round_]
-                moved = step(name, kind, x, du)
+                d, x, du = plan[round_]
+                moved = step(d, x, du)
                 if moved is None:
                     continue
+                name, index = d.constant, d.index
                 tested = tested_on.get(name, [])
                 tail = (
                     f"{len(tested)} ideas moved it on v{board.version}, best gain "
@@ -255,7 +222,7 @@ class HeuristicBrain:
                     else f"Untested on champion v{board.version}."
                 )
                 value = with_element(board.constants[name].value, index, moved)
-                yield _Draft({name: value}, tail, f"a random {kind} step on {name}")
+                yield _Draft({name: value}, tail, f"a random {d.kind} step on {d.name}")
 
     def _exploit(self, board: _Board) -> Iterator[_Draft]:
         winners = [
@@ -281,15 +248,15 @@ class HeuristicBrain:
         anchor = current if adopted else new
         for index in moved_indices(old, new, anchor):
             a, b, x = scalar_at(old, index), scalar_at(new, index), scalar_at(anchor, index)
-            kind = kind_of(change.name, x, in_tuple=index is not None)
-            du = distance(kind, a, b) if kind is not None else None
-            if kind is None or kind is Kind.FLAG or du is None:
-                continue  # a flag cannot go further than flipped
+            d = board.space.get((change.name, index))
+            du = distance(d, a, b) if d is not None else None
+            if d is None or du is None:
+                continue  # not in the search space, or a flag (it cannot go further than flipped)
             fractions = [*PUSH_FRACTIONS] + ([] if adopted else [-0.5])  # -0.5: in between
             if self._rng.random() < 0.3:
                 self._rng.shuffle(fractions)
             for k in fractions:
-                moved = step(change.name, kind, x, k * du)
+                moved = step(d, x, k * du)
                 if moved is not None:
                     value = with_element(anchor, index, moved)
                     tail = (
@@ -347,3 +314,19 @@ class HeuristicBrain:
                 )
                 reason = f"reverting {change.name} from stacked {finding.idea_id}"
                 yield _Draft({change.name: old}, tail, reason, (finding.idea_id,))
+
+
+class OfflineBrain:
+    """The heuristic search behind the Brain interface (no I/O, so nothing to record)."""
+
+    def __init__(self, search: HeuristicBrain) -> None:
+        self.search = search
+        self.persona: Persona | None = search.persona
+        self.label = "heuristic"
+
+    async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt:
+        try:
+            proposal = self.search.propose(desk.source, desk.version, desk.findings, desk.tried)
+        except SpaceError as exc:  # the recipe's own declaration: say so, and look again later
+            return Attempt(None, why_not=f"the recipe's search space: {exc}", failed=True)
+        return Attempt(proposal, why_not="" if proposal else "no untried change left")

@@ -18,9 +18,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
-from agents.brain import Failure
-from agents.heuristic_brain import Finding
-from agents.recipe_constants import Change, changes_between
+from agents.brain import Failure, Finding, Gain
+from agents.recipe_constants import Change, changes_between, parse_value, with_values
 from bus.champion_store import fingerprint
 from bus.messages import (
     ChampionChange,
@@ -31,6 +30,7 @@ from bus.messages import (
     Message,
     RunResult,
     RunStatus,
+    Verdict,
 )
 from training.patching import PatchRefused, apply
 
@@ -60,6 +60,8 @@ class History:
         self.tried: dict[int, set[str]] = defaultdict(set)  # version -> fingerprints
         self.pending: dict[str, list[Decision]] = defaultdict(list)  # decisions before ideas
         self.failures: deque[Failure] = deque(maxlen=FAILURES_KEPT)
+        # version -> tier -> estimated gain of that champion over the first one (see Desk.levels)
+        self.levels: dict[int, dict[int, float]] = {}
         # Snapshots for brains, rebuilt only after a change: a burst of proposals between two
         # events shares one instead of copying every finding per proposal.
         self._findings_snapshot: tuple[Finding, ...] | None = None
@@ -114,19 +116,42 @@ class History:
         self.add_tried(change.version, fingerprint(change.source))
         finding = self._findings.get(change.idea_id)
         if change.kind is ChangeKind.STACK and finding is not None:
-            self._set(replace(finding, stacked=True))
+            self._set(replace(finding, stacked_into=change.version))
+        self.levels[change.version] = self._level_of(change, finding)
         return [Notice(EVERYONE, change, new_champion=new)]
+
+    def _level_of(self, change: ChampionChange, stacked: Finding | None) -> dict[int, float]:
+        """The new champion's gain over the first, per tier: its parent's plus what the stacked
+        idea gained on the parent there; a revert takes the level of the recipe it restores."""
+        if change.kind is ChangeKind.REVERT:
+            same = [v for v, s in self.sources.items() if s == change.source and v < change.version]
+            return dict(self.levels.get(min(same), {})) if same else {}
+        level = dict(self.levels.get(change.parent_version, {}))
+        if change.kind is ChangeKind.STACK and stacked is not None:
+            for gain in stacked.gains:
+                if gain.version == change.parent_version:
+                    level[gain.tier] = level.get(gain.tier, 0.0) + gain.delta
+        return level
 
     def _on_idea(self, idea: Idea) -> list[Notice]:
         if idea.idea_id in self._findings or idea.target != self.target:
             return []
         base = self.sources.get(idea.champion_version)
         changes: tuple[Change, ...] = ()
+        code_changed = False
         if base is not None:
-            changes, tried = _read_patch(base, idea.patch, self.editable)
+            changes, tried, code_changed = _read_patch(base, idea.patch, self.editable)
             self.add_tried(idea.champion_version, tried)
         finding = Finding(
-            idea.idea_id, idea.author, idea.champion_version, changes, idea.hypothesis, 0, "", None
+            idea.idea_id,
+            idea.author,
+            idea.champion_version,
+            changes,
+            idea.hypothesis,
+            0,
+            "",
+            None,
+            code_changed=code_changed,
         )
         self._set(finding)
         notices: list[Notice] = []
@@ -141,28 +166,34 @@ class History:
             return []
         if decision.tier >= finding.tier:
             delta = decision.delta if decision.delta is not None else finding.delta
-            self._set(
-                replace(
-                    finding,
-                    tier=decision.tier,
-                    verdict=decision.verdict.value,
-                    delta=delta,
-                    reason=decision.rule,
-                )
+            finding = replace(
+                finding,
+                tier=decision.tier,
+                verdict=decision.verdict.value,
+                delta=delta,
+                reason=decision.rule,
             )
+        final = decision.verdict in (Verdict.PROMOTE, Verdict.REJECT)
+        if final and decision.delta is not None and decision.decided_by == "ladder":
+            gain = Gain(decision.champion_version, decision.tier, decision.delta)
+            kept = [g for g in finding.gains if (g.version, g.tier) != (gain.version, gain.tier)]
+            finding = replace(finding, gains=(*kept, gain))
+        self._set(finding)
         return [Notice(finding.author, decision)]
 
     def _on_result(self, result: RunResult) -> list[Notice]:
         """Failed runs teach what breaks: brains see the latest ones with their log tails."""
         if result.status in (RunStatus.OK, RunStatus.SKIPPED) or not result.idea_id:
             return []
+        finding = self._findings.get(result.idea_id)
+        if finding is not None and not finding.failed:
+            self._set(replace(finding, failed=True))
         if any(f.idea_id == result.idea_id and f.tier == result.tier for f in self.failures):
             return []  # one failure per idea and tier is enough to learn from
         failure = Failure(
             result.idea_id, result.tier, result.status.value, result.reason, result.log_tail
         )
         self.failures.append(failure)
-        finding = self._findings.get(result.idea_id)
         return [] if finding is None else [Notice(finding.author, result)]
 
 
@@ -206,12 +237,20 @@ class SharedHistory:
 
 
 @functools.lru_cache(maxsize=4096)
-def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...], str]:
-    """What an idea changes and the fingerprint of its recipe. Researchers built without a
-    shared history each fold every idea (the search benchmark's do), so the patch is applied
-    once per process (the cache), not once per researcher."""
+def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...], str, bool]:
+    """What an idea changes, the fingerprint of its recipe, and whether it edits more than
+    those constants. Researchers built without a shared history each fold every idea (the
+    search benchmark's do), so the patch is applied once per process (the cache), not once per
+    researcher."""
     try:
         patched = apply(base, patch, editable)
-        return changes_between(base, patched), fingerprint(patched)
-    except (PatchRefused, SyntaxError):  # the ladder refuses it; nothing to learn
-        return (), fingerprint(base)
+        changes = changes_between(base, patched)
+        values = {c.name: parse_value(c.new) for c in changes}
+        # Written the same way in both, the constants cancel: what is left differing is code.
+        return (
+            changes,
+            fingerprint(patched),
+            with_values(base, values) != with_values(patched, values),
+        )
+    except (PatchRefused, SyntaxError, ValueError):  # the ladder refuses it; nothing to learn
+        return (), fingerprint(base), False

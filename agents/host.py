@@ -2,8 +2,9 @@
 
 `swarm start --agents N` runs one host for its N researchers; `swarm agents --count N` runs one
 on any machine that reaches the bus, and its researchers join the same community. Researchers
-come in brain groups (heuristic, anthropic, openai); when any is an LLM brain the host also runs
-the meta-agent, which rewrites their strategy files, and keeps one LLM budget for them all.
+come in brain groups (tpe, gp, heuristic, anthropic, openai); when any is an LLM brain the host
+also runs the meta-agent, which rewrites their strategy files, and keeps one LLM budget for them
+all. The model brains of a kind share one study per host (agents/model_brain.py).
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from dataclasses import dataclass
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 from nats.aio.client import Client
 
-from agents.brain import Brain, OfflineBrain
-from agents.brain_groups import BrainGroup
+from agents.brain import Brain, Persona
+from agents.brain_groups import MODEL_BRAINS, BrainGroup
 from agents.bridge import NatsBridge
-from agents.heuristic_brain import HeuristicBrain, Persona
+from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.history import History
 from agents.llm_brain import LlmBrain, LlmSettings
 from agents.llm_budget import LlmBudget
 from agents.llm_client import LlmClient
 from agents.llm_setup import LlmSetup
 from agents.meta_agent import MetaAgent
+from agents.model_brain import ModelBrain, ModelSearch, Sampler
 from agents.researcher import Researcher
 from agents.runtime_agents import (
     FINDINGS,
@@ -45,6 +47,7 @@ from agents.runtime_agents import (
     Tick,
     tick_topic,
 )
+from agents.screening import Screen
 from agents.strategy_book import StrategyBook
 from bus.messages import AgentEvent, AgentEventKind, new_id
 from bus.nats_bus import publish_event
@@ -58,7 +61,8 @@ FLUSH_S = 25.0  # at shutdown; `swarm start` gives the agents process 30 s befor
 @dataclass(frozen=True, slots=True)
 class HostOptions:
     count: int
-    name_prefix: str  # researchers are named <prefix>-<i>[-<llm brain>]-<persona>
+    name_prefix: str  # researchers: <prefix>-<i>-<persona> (heuristic), <prefix>-<i>-tpe|gp,
+    # <prefix>-<i>-<llm brain>-<persona>
     personas: tuple[Persona, ...]
     max_in_flight: int
     seed: int
@@ -72,6 +76,7 @@ class HostOptions:
     meta_interval_s: float = 0.0  # 0: no meta-agent
     meta_min_outcomes: int = 4
     meta_brain: str = ""  # empty: the first LLM group's
+    screen: int = 1  # candidates a heuristic or LLM researcher draws per idea (1: no screening)
 
 
 @dataclass(slots=True)
@@ -93,19 +98,26 @@ class Team:
 
 
 def make_team(options: HostOptions) -> Team:
-    groups = options.groups or (BrainGroup("heuristic", options.count),)
+    groups = options.groups or (BrainGroup("tpe", options.count),)
     setup = options.llm
     budget = LlmBudget(setup.max_usd, setup.max_usd_per_agent) if setup else LlmBudget()
     book = StrategyBook(setup.strategies, setup.strategies_seed) if setup else None
     clients: dict[str, LlmClient] = {}
     settings: dict[str, LlmSettings] = {}
     team = Team(History(options.editable, options.target), [], budget, book, clients)
+    searches: dict[str, ModelSearch] = {}  # one study per model brain kind, shared by its group
+    screen = Screen(options.screen, options.seed) if options.screen > 1 else None
     i = 0
     for group in groups:
         for _ in range(group.count):
             persona = options.personas[i % len(options.personas)]
             brain: Brain
-            if group.brain == "heuristic":
+            if group.brain in MODEL_BRAINS:
+                name = f"{options.name_prefix}-{i}-{group.brain}"
+                sampler = Sampler(group.brain)
+                search = searches.setdefault(group.brain, ModelSearch(sampler, options.seed))
+                brain = ModelBrain(search)
+            elif group.brain == "heuristic":
                 name = f"{options.name_prefix}-{i}-{persona.value}"
                 brain = OfflineBrain(HeuristicBrain(persona, options.seed + i))
             else:
@@ -121,6 +133,7 @@ def make_team(options: HostOptions) -> Team:
                     options.top_tier,
                     options.cooldown_s,
                     team.history,
+                    None if group.brain in MODEL_BRAINS else screen,  # a model is its own screen
                 )
             )
             i += 1
@@ -228,7 +241,9 @@ async def _announce(nc: Client, team: Team, kind: AgentEventKind) -> None:
             r.name,
             kind,
             role="researcher",
-            detail=f"brain {r.brain.label}; persona {r.brain.persona.value}; proposed {r.proposed}",
+            detail=(
+                f"brain {r.brain.label}; persona {r.brain.persona or 'none'}; proposed {r.proposed}"
+            ),
         )
         for r in team.researchers
     ]

@@ -20,7 +20,7 @@ def short(change: Change) -> str:
 
 def step_text(change: Change) -> str:
     old, new = parse_value(change.old), parse_value(change.new)
-    if isinstance(old, bool | tuple) or isinstance(new, bool | tuple):
+    if isinstance(old, bool | tuple | str) or isinstance(new, bool | tuple | str):
         return f"{change.old} -> {change.new}"
     return ratio(old, new) or f"{change.old} -> {change.new}"
 
@@ -29,7 +29,7 @@ def describe(change: Change, comment: str) -> str:
     old, new = parse_value(change.old), parse_value(change.new)
     if isinstance(new, bool):
         text = f"Turn {change.name} {'on' if new else 'off'}"
-    elif isinstance(old, bool | tuple) or isinstance(new, tuple):
+    elif isinstance(old, bool | tuple | str) or isinstance(new, tuple | str):
         text = f"Change {change.name} from {change.old} to {change.new}"
     else:
         factor = ratio(old, new)

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agents.answer_protocol import Answer, ProtocolError, apply_edits, parse_answer, repair_request
-from agents.brain import Attempt, Desk
-from agents.heuristic_brain import Persona, Proposal
+from agents.brain import Attempt, Desk, Persona, Proposal
 from agents.llm_budget import LlmBudget
 from agents.llm_client import Completion, LlmClient, LlmError, Price, Prompt
 from agents.llm_prompt import researcher_prefix, researcher_request

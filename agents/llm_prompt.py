@@ -17,8 +17,7 @@ from string import Template
 from typing import TypeVar
 
 from agents.answer_protocol import FORMAT
-from agents.brain import Desk, Failure
-from agents.heuristic_brain import Finding
+from agents.brain import Desk, Failure, Finding
 
 T = TypeVar("T")
 PROMPTS = Path(__file__).parent / "prompts"

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from agents.heuristic_brain import Finding
+from agents.brain import Finding
 from agents.llm_brain import LlmSettings
 from agents.llm_client import Completion, LlmError, Prompt
 from agents.llm_prompt import meta_prefix, meta_request

@@ -1,16 +1,16 @@
-"""Reading, rewriting and stepping the hyperparameter constants at the top of a recipe file.
+"""Reading and rewriting the hyperparameter constants at the top of a recipe file.
 
 A recipe keeps its dials as top-level `UPPER_CASE = <literal>  # what it does` lines (see
 training/recipes/bytelm.py). Ideas that only move those dials are the cheapest to propose and the
-easiest to read in a trace, so the offline brain edits them here: found with `ast` (so a comment
+easiest to read in a trace, so the offline brains edit them here: found with `ast` (so a comment
 or a string that looks like an assignment is never touched) and rewritten in place, keeping the
-rest of the file byte-identical so the diff an idea carries is exactly the line it changed.
+rest of the file byte-identical so the diff an idea carries is exactly the line it changed. How
+far each may move is the search space's business (agents/search_space.py).
 """
 
 from __future__ import annotations
 
 import ast
-import enum
 import functools
 import math
 import re
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-Value: TypeAlias = int | float | bool | tuple[float, ...]
+Value: TypeAlias = int | float | bool | str | tuple[float, ...]
 
 CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -29,7 +29,8 @@ class Constant:
     name: str
     value: Value
     line: int  # 1-based line of the assignment
-    comment: str  # the trailing `# ...` text, without the hash; "" when there is none
+    comment: str  # the trailing `# ...` text, without the hash and the search declaration
+    declaration: str = ""  # what follows `search:` in the comment (agents/search_space.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,7 @@ def _literal(node: ast.expr) -> Value | None:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool | int | float | str):
         return value
     if (
         isinstance(value, tuple)
@@ -96,10 +97,12 @@ def _sites(source: str) -> Mapping[str, _Site]:
         rest = lines[value_node.end_lineno - 1].encode()[value_node.end_col_offset :]
         tail = rest.decode().strip()
         comment = tail[1:].strip() if tail.startswith("#") else ""
+        comment, _, declaration = comment.partition("search:")
+        comment = comment.strip().rstrip(";,").strip()
         # A constant assigned twice takes its last value at import, so the last site wins.
         found.pop(target.id, None)
         found[target.id] = _Site(
-            constant=Constant(target.id, value, node.lineno, comment),
+            constant=Constant(target.id, value, node.lineno, comment, declaration.strip()),
             text=_segment(lines, start, end),
             start=start,
             end=end,
@@ -108,7 +111,8 @@ def _sites(source: str) -> Mapping[str, _Site]:
 
 
 def constants(source: str) -> dict[str, Constant]:
-    """Top-level `UPPER_CASE = literal` constants (numbers, bools, tuples of numbers), in order."""
+    """Top-level `UPPER_CASE = literal` constants (numbers, bools, strings, tuples of numbers),
+    in order."""
     return {name: site.constant for name, site in _sites(source).items()}
 
 
@@ -131,6 +135,8 @@ def format_value(value: Value) -> str:
     """Python source for a value: compact, and `ast.literal_eval` gives the same value back."""
     if isinstance(value, bool):
         return repr(value)
+    if isinstance(value, str):  # double quotes, as recipes write them, where they need no escape
+        return f'"{value}"' if value.isprintable() and not set(value) & {'"', "\\"} else repr(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
@@ -194,78 +200,7 @@ def same_value(a: Value, b: Value) -> bool:
     return format_value(a) == format_value(b)
 
 
-# --- the scale each constant moves on -------------------------------------------------------
-# A search step is a distance on the constant's natural scale: log for positive numbers, logit
-# for fractions (so they stay in (0, 1)), whole doublings for powers of two, one option for a
-# categorical. Rules for particular names keep proposals inside what the recipe can run.
-
-Scalar: TypeAlias = int | float | bool
-CHOICES: Mapping[str, tuple[int, ...]] = {"HEAD_DIM": (16, 32, 64)}  # widths are multiples of 64
-LIMITS: Mapping[str, tuple[float, float]] = {"BATCH_SIZE": (4, 64)}
-FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")
-FRACTION_RANGE = (0.001, 0.999)
-
-
-class Kind(enum.StrEnum):
-    FLAG = "flag"  # bool: flipped
-    CHOICE = "choice"  # one of CHOICES[name]: the neighbouring option
-    FRACTION = "fraction"  # in (0, 1): steps on the logit
-    POW2 = "pow2"  # power-of-two int: x2 or /2
-    INT = "int"  # positive int: log steps, rounded, at least 1
-    SCALE = "scale"  # nonzero float: log steps
-
-
-def kind_of(name: str, x: Scalar, in_tuple: bool = False) -> Kind | None:
-    """How a constant (or one element of a tuple constant) moves; None: leave it alone."""
-    if isinstance(x, bool):
-        return Kind.FLAG
-    if name in CHOICES and not in_tuple:
-        return Kind.CHOICE
-    if x == 0 or (isinstance(x, int) and x < 0):
-        return None  # no log scale through zero
-    if isinstance(x, int):
-        return Kind.POW2 if x & (x - 1) == 0 else Kind.INT
-    if 0 < x < 1 and (in_tuple or any(word in name for word in FRACTION_WORDS)):
-        return Kind.FRACTION
-    return Kind.SCALE
-
-
-def _round_fraction(p: float) -> float:
-    if p <= 0.5:
-        return float(f"{p:.2g}")
-    rest = float(f"{1 - p:.2g}")  # round on the 1 - p scale: 0.9744 -> 0.974, not 0.97
-    return round(1 - rest, 1 - math.floor(math.log10(rest)))
-
-
-def step(name: str, kind: Kind, x: Scalar, distance: float) -> Scalar | None:
-    """x moved `distance` along its kind's scale, rounded to a readable value; None if it can't."""
-    up = distance > 0
-    new: float
-    if kind is Kind.FLAG:
-        return not x
-    if kind is Kind.CHOICE:
-        options = CHOICES[name]
-        here = min(range(len(options)), key=lambda i: abs(options[i] - x))
-        there = here + (1 if up else -1)
-        return options[there] if 0 <= there < len(options) else None
-    if kind is Kind.FRACTION:
-        p = 1 / (1 + math.exp(-(math.log(x / (1 - x)) + distance)))
-        new = _round_fraction(min(max(p, FRACTION_RANGE[0]), FRACTION_RANGE[1]))
-    elif kind is Kind.POW2:
-        new = 2 ** round(math.log2(x) + distance / math.log(2))
-        new = new if new != x else (x * 2 if up else x / 2)
-    elif kind is Kind.INT:
-        new = round(x * math.exp(distance))
-        new = new if new != x else x + (1 if up else -1)
-    else:
-        new = float(f"{x * math.exp(distance):.3g}")
-    low, high = LIMITS.get(name, (-math.inf, math.inf))
-    new = min(max(new, low), high)
-    if kind in (Kind.POW2, Kind.INT):
-        if new < 1 or new != int(new):
-            return None
-        new = int(new)
-    return None if new == x else new
+Scalar: TypeAlias = int | float | bool | str
 
 
 def scalar_at(value: Value, index: int | None) -> Scalar:
@@ -281,8 +216,8 @@ def scalar_at(value: Value, index: int | None) -> Scalar:
 def with_element(value: Value, index: int | None, x: Scalar) -> Value:
     if index is None:
         return x
-    if not isinstance(value, tuple):
-        raise TypeError("only tuple constants have elements")
+    if not isinstance(value, tuple) or isinstance(x, bool | str):
+        raise TypeError("only tuple constants have elements, and they are numbers")
     return (*value[:index], x, *value[index + 1 :])
 
 
@@ -295,14 +230,3 @@ def moved_indices(old: Value, new: Value, like: Value) -> list[int | None]:
     if not len(old) == len(new) == len(like):
         return []
     return [i for i in range(len(old)) if old[i] != new[i]]
-
-
-def distance(kind: Kind, a: Scalar, b: Scalar) -> float | None:
-    """How far a -> b moved on the scale `step` takes (log or logit); None where undefined."""
-    if kind is Kind.FRACTION:
-        if not (0 < a < 1 and 0 < b < 1):
-            return None
-        return math.log(b / (1 - b)) - math.log(a / (1 - a))
-    if a == 0 or b == 0 or (a > 0) != (b > 0):
-        return None
-    return math.log(b / a)

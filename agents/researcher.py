@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from agents.brain import Attempt, Brain, Desk, Failure
-from agents.heuristic_brain import Finding
+from agents.brain import Attempt, Brain, Desk, Failure, Finding, Proposal
 from agents.history import EVERYONE, History, Notice
+from agents.screening import Screen
 from bus.champion_store import fingerprint
 from bus.messages import (
     ChampionChange,
@@ -64,6 +64,7 @@ class Researcher:
         top_tier: int,
         cooldown_s: float = 30.0,
         history: History | None = None,  # the host's, shared; None: one of its own
+        screen: Screen | None = None,  # draw several candidates, send the best rated
     ) -> None:
         if history is not None and (history.editable, history.target) != (editable, target):
             raise ValueError(
@@ -77,6 +78,7 @@ class Researcher:
         self.max_in_flight = max_in_flight
         self.top_tier = top_tier
         self.history = history if history is not None else History(editable, target)
+        self.screen = screen
         self.in_flight: set[str] = set()
         self.notes: deque[str] = deque(maxlen=NOTES_KEPT)
         self.proposed = 0
@@ -174,7 +176,10 @@ class Researcher:
         idea_id, trace_id = new_id("idea"), new_id("trace")
         self.proposing = True
         try:
-            attempt = await self.brain.propose(desk, idea_id, trace_id)
+            if self.screen is not None and self.screen.candidates > 1:
+                attempt, idea_id = await self._screened(desk, idea_id, trace_id, self.screen)
+            else:
+                attempt = await self.brain.propose(desk, idea_id, trace_id)
         finally:
             self.proposing = False
         if attempt.proposal is None:
@@ -184,6 +189,34 @@ class Researcher:
             if isinstance(record, LlmCall):
                 self.on_llm_call(record)
         return self._step(attempt, idea_id, trace_id, source, version, len(desk.findings))
+
+    async def _screened(
+        self, desk: Desk, idea_id: str, trace_id: str, screen: Screen
+    ) -> tuple[Attempt, str]:
+        """Up to `screen.candidates` untried proposals from the brain (each told the ones
+        before it as tried), the best rated sent: (the attempt, the id it goes out under).
+        Every draw's records are kept (an LLM's calls cost money whichever is sent); the
+        calls of a candidate not sent name an id that never becomes an idea."""
+        drawn: list[tuple[str, Proposal]] = []
+        records: list[Message] = []
+        tried = set(desk.tried)
+        last = Attempt(None)
+        for k in range(screen.candidates):
+            candidate_id = idea_id if k == 0 else new_id("idea")
+            last = await self.brain.propose(
+                replace(desk, tried=frozenset(tried)), candidate_id, trace_id
+            )
+            records += last.records
+            if last.proposal is None:
+                break
+            drawn.append((candidate_id, last.proposal))
+            tried.add(fingerprint(last.proposal.source))
+        if not drawn:
+            return replace(last, records=tuple(records)), idea_id
+        choice = screen.pick(desk, [p for _, p in drawn])
+        chosen_id, chosen = drawn[choice.index]
+        proposal = replace(chosen, why=f"{chosen.why} Screening: {choice.note}.")
+        return Attempt(proposal, tuple(records)), chosen_id
 
     def desk(self) -> Desk:
         """What the brain reads: a snapshot of everything folded so far (the history's
@@ -200,6 +233,8 @@ class Researcher:
             tuple(history.failures),
             tuple(self.notes),
             history.tried_snapshot(version),
+            history.levels,
+            history.sources,
         )
 
     def _no_idea(self, attempt: Attempt, trace_id: str, version: int) -> Step | None:
@@ -253,7 +288,7 @@ class Researcher:
             why=proposal.why,
             idea_id=idea_id,
             data={
-                "persona": proposal.persona.value,
+                "persona": proposal.persona.value if proposal.persona else "",
                 "parents": list(proposal.parents),
                 "brain": self.brain.label,
             },

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agents.answer_protocol import FORMAT  # noqa: E402
-from agents.brain import OfflineBrain  # noqa: E402
-from agents.heuristic_brain import HeuristicBrain, Persona  # noqa: E402
+from agents.brain import Persona  # noqa: E402
+from agents.heuristic_brain import HeuristicBrain, OfflineBrain  # noqa: E402
 from agents.llm_client import Usage, cost_usd, load_prices  # noqa: E402
 from agents.llm_prompt import researcher_prefix, researcher_request  # noqa: E402
 from agents.researcher import Researcher  # noqa: E402

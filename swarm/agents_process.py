@@ -8,8 +8,8 @@ import os
 import socket
 from pathlib import Path
 
-from agents.brain_groups import parse_brain_groups
-from agents.heuristic_brain import Persona
+from agents.brain import Persona
+from agents.brain_groups import LLM_BRAINS, parse_brain_groups
 from agents.host import HostOptions, run_host
 from agents.llm_client import RetryPolicy
 from agents.llm_setup import LlmSetup, ProviderSettings
@@ -48,7 +48,8 @@ def check_llm(config: SwarmConfig, workspace: Workspace, count: int) -> None:
     """Everything the LLM brains need (a key, a price, the research direction), before a
     process starts; LlmSetupError names what is missing."""
     setup = llm_setup(config, workspace)
-    providers = {g.brain for g in parse_brain_groups(config.agents.brain, count)} - {"heuristic"}
+    providers = {g.brain for g in parse_brain_groups(config.agents.brain, count)}
+    providers &= set(LLM_BRAINS)
     if providers and config.meta.enabled and config.meta.brain:
         providers.add(config.meta.brain)
     for provider in sorted(providers):
@@ -62,12 +63,13 @@ def host_options(
     tiers = load_ladder(Path(config.ladder.path)).tiers
     personas = tuple(Persona(p.strip()) for p in config.agents.personas.split(","))
     groups = parse_brain_groups(config.agents.brain, count)
-    thinking = any(g.brain != "heuristic" for g in groups)
+    thinking = any(g.brain in LLM_BRAINS for g in groups)
     return HostOptions(
         count=count,
         name_prefix=name_prefix or socket.gethostname().split(".")[0],
         personas=personas,
         max_in_flight=config.agents.max_in_flight,
+        screen=config.agents.screen,
         seed=config.agents.seed,
         editable=info.editable,
         target=info.name,

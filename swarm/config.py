@@ -84,12 +84,15 @@ class LadderConfig:
 @dataclass(frozen=True, slots=True)
 class AgentsConfig:
     count: int = 4  # researcher agents `swarm start` hosts (`--agents N`); 0: none
-    # heuristic (offline search) | anthropic | openai, or groups: "anthropic:6,heuristic:2"
+    # tpe | gp | heuristic (offline) | anthropic | openai, or groups: "anthropic:6,tpe:2"
     # (one group may go without a count: it takes the rest)
-    brain: str = "heuristic"
+    brain: str = "tpe"
     personas: str = "explorer,exploiter,combiner,ablator"  # assigned to agents in turn
     max_in_flight: int = 2  # ideas one agent may have undecided at once (back-pressure)
-    seed: int = 0  # the heuristic brain's random seed (agent i uses seed + i)
+    # heuristic and LLM researchers draw this many candidates per idea and send the one a
+    # Gaussian process fitted to the findings rates best (agents/screening.py); 1: off
+    screen: int = 1
+    seed: int = 0  # the offline brains' random seed (heuristic agent i uses seed + i)
     program: str = "configs/program.md"  # the research direction; re-read before each proposal
     strategies: str = "configs/strategies"  # each persona's first strategy file (<persona>.md)
 
@@ -155,6 +158,7 @@ POSITIVE = {
     "ledger.sql_timeout_s",
     "status.interval_s",
     "agents.max_in_flight",
+    "agents.screen",
     "llm.max_tokens",
     "llm.timeout_s",
     "meta.interval_s",

@@ -20,7 +20,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from agents.heuristic_brain import Persona
+from agents.brain import Persona
+from agents.brain_groups import LLM_BRAINS, MODEL_BRAINS
 from agents.researcher import FINAL
 from bus.subjects import JOBS_STREAM, trainer_consumer_name
 from ledger.sql_protocol import SqlError
@@ -32,7 +33,7 @@ CHAMPIONS_SHOWN = 6
 BAR_WIDTH = 12  # characters of a progress bar
 PERSONAS = frozenset(p.value for p in Persona)  # researchers are named <prefix>-<i>-<persona>
 LEADERBOARD_COLUMNS = ("tier", "v", "idea", "author", "hypothesis", "metric", "n")
-LLM_BRAINS = ("anthropic", "openai")  # researchers are named <prefix>-<i>[-<llm brain>]-<persona>
+# researchers are named <prefix>-<i>-tpe|gp, or <prefix>-<i>[-<llm brain>]-<persona>
 TRAINERS = trainer_consumer_name(0).removesuffix("0")  # trainer consumers: TRAINERS + tier
 
 TOTALS_SQL = """
@@ -275,7 +276,10 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
     agents = _table("researchers", "agent", "brain", "persona", "in play", "last", "ago")
     for a in s.agents:
         *rest, persona = a.name.split("-")
-        brain = rest[-1] if rest and rest[-1] in LLM_BRAINS else "heuristic"
+        if persona in MODEL_BRAINS:
+            brain, persona = persona, ""
+        else:
+            brain = rest[-1] if rest and rest[-1] in LLM_BRAINS else "heuristic"
         ago = _duration(s.taken_at - a.last_at) if a.last_at is not None else ""
         last = a.last_proposed or a.last_action
         agents.add_row(

@@ -66,7 +66,7 @@ def test_format_is_short_and_shows_every_marker() -> None:
 
 
 def test_several_blocks_apply_in_order_each_to_the_previous_result() -> None:
-    batch = "BATCH_SIZE = 16  # sequences per step\n"
+    batch = "BATCH_SIZE = 16  # sequences per step; search: 4..64 pow2\n"
     clip = "GRAD_CLIP = 1.0  # max global gradient norm\n"
     text = (
         "HYPOTHESIS: Larger batches with a looser clip.\n"
@@ -101,7 +101,7 @@ def test_too_much_indentation_is_removed_consistently() -> None:
 
 
 def test_trailing_whitespace_does_not_matter() -> None:
-    search = "BATCH_SIZE = 16  # sequences per step   \n"
+    search = "BATCH_SIZE = 16  # sequences per step; search: 4..64 pow2   \n"
     answer = parse_answer("HYPOTHESIS: h\n" + block(search, "BATCH_SIZE = 8\n"))
     assert "\nBATCH_SIZE = 8\n" in apply_edits(RECIPE, answer, EDITABLE)
 
@@ -194,7 +194,7 @@ def test_no_edit_blocks() -> None:
     ],
 )
 def test_unterminated_blocks(tail: str, why: str) -> None:
-    first = block("BATCH_SIZE = 16  # sequences per step\n", "BATCH_SIZE = 8\n")
+    first = block("BATCH_SIZE = 16  # sequences per step; search: 4..64 pow2\n", "BATCH_SIZE = 8\n")
     with pytest.raises(ProtocolError, match=re.escape(why)):
         parse_answer("HYPOTHESIS: h\n" + first + tail)
 
@@ -210,7 +210,7 @@ def test_a_search_that_does_not_match_names_the_block_and_its_first_line() -> No
     text = (
         "HYPOTHESIS: h\n"
         + block(LR + "\n", LR_NEW + "\n")
-        + block("\nBATCH_SIZE = 17  # sequences per step\n", "BATCH_SIZE = 8\n")
+        + block("\nBATCH_SIZE = 17  # sequences per step; search: 4..64 pow2\n", "BATCH_SIZE = 8\n")
     )
     assert reason(text).startswith(
         "SEARCH block 2 does not match the file (its first line: `BATCH_SIZE = 17  #"

@@ -11,20 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.brain import OfflineBrain
-from agents.heuristic_brain import Finding, HeuristicBrain, Persona, Proposal
+from agents.brain import Finding, Persona, Proposal
+from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.recipe_constants import (
     Change,
-    Kind,
     Value,
     changes_between,
     constants,
     format_value,
     parse_value,
-    step,
     with_values,
 )
 from agents.researcher import Researcher
+from agents.search_space import Dimension, Kind, space_of, step
 from bus.champion_store import fingerprint
 from bus.messages import ChampionChange, ChangeKind
 
@@ -43,7 +42,8 @@ def _finding(
     stacked: bool = False,
 ) -> Finding:
     changes = (Change(name, old, new),)
-    return Finding(idea_id, "agent-x", version, changes, "h", 1, verdict, delta, stacked)
+    stacked_into = version + 1 if stacked else 0
+    return Finding(idea_id, "agent-x", version, changes, "h", 1, verdict, delta, stacked_into)
 
 
 def _value(proposal: Proposal, name: str) -> object:
@@ -90,7 +90,7 @@ def test_constants_ignores_what_is_not_a_literal_constant() -> None:
         "MIXED = (1, True)\nREAL: float = 0.5  # annotated\nNEG = -2.5\n"
     )
     found = constants(source)
-    assert list(found) == ["REAL", "NEG"]
+    assert list(found) == ["NAME", "REAL", "NEG"]  # a string is a constant (a categorical)
     assert found["REAL"].comment == "annotated" and found["NEG"].value == -2.5
 
 
@@ -153,15 +153,17 @@ def test_changes_between_compares_values_not_text() -> None:
     )
 
 
-def test_step_respects_categoricals_limits_and_fractions() -> None:
-    assert step("HEAD_DIM", Kind.CHOICE, 64, math.log(2)) is None
-    assert step("HEAD_DIM", Kind.CHOICE, 32, -0.1) == 16
-    assert step("BATCH_SIZE", Kind.POW2, 64, math.log(2)) is None
-    assert step("BATCH_SIZE", Kind.POW2, 16, -math.log(2)) == 8
-    assert step("X", Kind.POW2, 1, -math.log(2)) is None
-    high = step("BETAS", Kind.FRACTION, 0.95, 50.0)
+def test_step_respects_the_declared_choices_ranges_and_fractions() -> None:
+    space = space_of(RECIPE).by_name()  # bytelm declares HEAD_DIM's choices, BATCH_SIZE's range
+    assert step(space["HEAD_DIM"], 64, math.log(2)) is None
+    assert step(space["HEAD_DIM"], 32, -0.1) == 16
+    assert step(space["HEAD_DIM"], 16, 2 * math.log(2)) == 64  # two options along
+    assert step(space["BATCH_SIZE"], 64, math.log(2)) is None
+    assert step(space["BATCH_SIZE"], 16, -math.log(2)) == 8
+    assert step(Dimension("X", None, Kind.POW2, 1, 8), 1, -math.log(2)) is None
+    high = step(space["BETAS[1]"], 0.95, 50.0)
     assert isinstance(high, float) and 0.95 < high < 1
-    assert step("X", Kind.INT, 3, 0.01) == 4  # a step too small to round still moves
+    assert step(Dimension("X", None, Kind.INT, 1, 12), 3, 0.01) == 4  # too small to round: moves
 
 
 def test_fingerprint_ignores_trailing_space_and_blank_lines() -> None:

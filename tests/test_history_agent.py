@@ -13,8 +13,8 @@ from autogen_core import (
     message_handler,
 )
 
-from agents.brain import OfflineBrain
-from agents.heuristic_brain import HeuristicBrain, Persona
+from agents.brain import Persona
+from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.history import History
 from agents.researcher import Researcher
 from agents.runtime_agents import (

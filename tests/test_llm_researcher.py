@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from agents.brain import Persona
 from agents.brain_groups import BrainGroup
-from agents.heuristic_brain import Persona
 from agents.host import HostOptions, Team, make_team
 from agents.llm_client import RetryPolicy
 from agents.llm_setup import LlmSetup, LlmSetupError, ProviderSettings

@@ -10,7 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.heuristic_brain import Finding, HeuristicBrain, Persona, Proposal
+from agents.brain import Finding, Persona, Proposal
+from agents.heuristic_brain import HeuristicBrain
 from agents.recipe_constants import Change, Value, changes_between, parse_value, with_values
 from bus.champion_store import fingerprint
 from scale_ladder.near_duplicates import (

@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from agents.brain import Attempt, Desk
-from agents.heuristic_brain import HeuristicBrain, Persona, Proposal
+from agents.brain import Attempt, Desk, Persona, Proposal
+from agents.heuristic_brain import HeuristicBrain
 from agents.history import History, SharedHistory
 from agents.researcher import Researcher
 from bus.champion_store import fingerprint

@@ -16,15 +16,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # --- hyperparameters -------------------------------------------------------------------------
-BATCH_SIZE = 16  # sequences per step
+# `search:` at the end of a comment is the range a search may move the constant in
+# (agents/search_space.py); the rest of the comment says what the constant does.
+BATCH_SIZE = 16  # sequences per step; search: 4..64 pow2
 LEARNING_RATE = 3e-3  # peak AdamW learning rate (small models on few steps like it high)
-MIN_LR_FRACTION = 0.1  # the schedule decays to this fraction of the peak
-WARMUP_FRACTION = 0.05  # share of the budget spent warming up linearly
+MIN_LR_FRACTION = 0.1  # the schedule decays to this fraction of the peak; search: 0.01..0.5
+WARMUP_FRACTION = 0.05  # share of the budget spent warming up linearly; search: 0.005..0.3
 WEIGHT_DECAY = 0.1  # decoupled decay on matrices only (not on norms, biases, embeddings)
 BETAS = (0.9, 0.95)  # AdamW momentum terms
 GRAD_CLIP = 1.0  # max global gradient norm
-HEAD_DIM = 32  # attention heads = width // HEAD_DIM
-MLP_RATIO = 4  # hidden width of the MLP relative to the model width
+HEAD_DIM = 32  # attention heads = width // HEAD_DIM (widths: multiples of 64); search: 16 | 32 | 64
+MLP_RATIO = 4  # hidden width of the MLP relative to the model width; search: 1..8
 TIE_EMBEDDINGS = True  # share the input embedding and the output projection
 INIT_STD = 0.02  # std of the normal init; residual projections are scaled by 1/sqrt(2·depth)
 

@@ -1,0 +1,311 @@
+"""The model-based offline brain: Optuna's samplers over the recipe's search space.
+
+Every finding the swarm made becomes evidence for one surrogate model per agents host (shared
+by the host's model brains, so the whole swarm's evidence trains it and a researcher that joins
+late starts informed). An idea out of play is a finished trial whose params are its constants;
+its value at a tier is its estimated improvement over the first champion there (the level of the
+champion it was compared with, Desk.levels, plus its mean paired gain over it), negated for
+Optuna's minimisation; how the tiers combine is `_add_finished`'s. An idea still in play is a
+running trial, so the sampler's constant liar steers parallel proposals apart; a crash counts as
+the worst value seen (Optuna's FAIL state would teach the model nothing); a refused or stale idea
+teaches nothing. Ideas that edit code beyond constants are left out: their params would not
+describe them.
+
+A proposal asks the study for a point in the space (agents/search_space.py) and writes it into
+the champion recipe with the `ast` in-place edit, so it may move every constant at once and the
+recipe's comments survive. TPE (multivariate, constant liar: Optuna's default for parallel
+workers) is the default sampler; `gp` uses Optuna's GPSampler, which fits the observation noise
+but has no liar, so parallel proposals between two results may land close together.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import warnings
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import TrialState, create_trial
+
+from agents.brain import Attempt, Desk, Finding, Persona, Proposal
+from agents.finding_values import out_of_play, point_of, tier_values
+from agents.hypotheses import clip, describe
+from agents.recipe_constants import Change, Scalar, constants, edit
+from agents.search_space import Dimension, Kind, SearchSpace, SpaceError, space_of
+from bus.champion_store import fingerprint
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial would flood the logs
+ASKS_PER_PROPOSAL = 8  # samples that land on a recipe already tried are asked again, this often
+
+
+class Sampler(enum.StrEnum):
+    TPE = "tpe"
+    GP = "gp"
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """What the study holds of one idea."""
+
+    placeholder: int | None = None  # its running trial while in play (the liar reads it)
+    finished: bool = False  # out of play, its finished trial in
+
+
+def _param(d: Dimension) -> str:
+    return f"log2({d.name})" if d.kind is Kind.POW2 else d.name
+
+
+def _distribution(d: Dimension) -> BaseDistribution:
+    if d.kind in (Kind.FLAG, Kind.CHOICE):
+        return CategoricalDistribution(d.choices)
+    if d.kind is Kind.POW2:
+        return IntDistribution(round(math.log2(d.low)), round(math.log2(d.high)))
+    if d.kind is Kind.INT:
+        return IntDistribution(int(d.low), int(d.high), log=d.log)
+    return FloatDistribution(d.low, d.high, log=d.log)
+
+
+def _to_param(d: Dimension, x: Scalar) -> object | None:
+    """A recipe value as the study's param (clipped into range); None if it has no place."""
+    if d.kind in (Kind.FLAG, Kind.CHOICE):
+        return x if d.contains(x) else None
+    if isinstance(x, bool | str):
+        return None
+    if d.kind is Kind.POW2:
+        if x <= 0:
+            return None
+        low, high = round(math.log2(d.low)), round(math.log2(d.high))
+        return min(max(round(math.log2(x)), low), high)
+    if d.kind is Kind.INT:
+        return int(min(max(round(x), d.low), d.high))
+    return d.clip(float(x))
+
+
+def _to_value(d: Dimension, p: object) -> Scalar:
+    """The study's param as the value written into the recipe (readable: 3 significant digits)."""
+    if d.kind in (Kind.FLAG, Kind.CHOICE):
+        chosen: Scalar = next(c for c in d.choices if c == p and type(c) is type(p))
+        return chosen
+    assert isinstance(p, int | float) and not isinstance(p, bool)
+    if d.kind is Kind.POW2:
+        return int(2 ** int(p))
+    if d.kind is Kind.INT:
+        return int(p)
+    return d.clip(float(f"{float(p):.3g}"))
+
+
+class ModelSearch:
+    """One Optuna study over the recipe's space, fed every finding; shared by a host's model
+    brains (each asks its own trials; the liar keeps their pending points apart)."""
+
+    def __init__(self, sampler: Sampler, seed: int) -> None:
+        self.sampler = sampler
+        self.seed = seed
+        self.space: SearchSpace | None = None
+        self._ranges: dict[str, Dimension] = {}  # the range each dimension was first given
+        self._study = self._new_study()
+        self._seen: dict[str, Finding] = {}
+        self._tracked: dict[str, _Tracked] = {}
+        self._next = 0  # the number the next trial gets (Optuna numbers them 0, 1, 2 … per study)
+        self._low: float | None = None  # best and worst values told so far
+        self._high: float | None = None
+
+    def _new_study(self) -> optuna.Study:
+        chosen: optuna.samplers.BaseSampler
+        with warnings.catch_warnings():  # ExperimentalWarning, should a default become one
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if self.sampler is Sampler.GP:
+                chosen = optuna.samplers.GPSampler(seed=self.seed)
+            else:
+                chosen = optuna.samplers.TPESampler(
+                    seed=self.seed, multivariate=True, constant_liar=True
+                )
+            return optuna.create_study(direction="minimize", sampler=chosen)
+
+    @property
+    def trials(self) -> int:
+        return self._next
+
+    def propose(self, desk: Desk, idea_id: str) -> Attempt:
+        space = self._space_for(desk)
+        if not space.dimensions:
+            return Attempt(None, why_not="the recipe has no constant a search may move")
+        self._sync(desk, space)
+        distributions = {_param(d): _distribution(d) for d in space.dimensions}
+        champion = constants(desk.source)
+        for _ in range(ASKS_PER_PROPOSAL):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                trial = self._study.ask(distributions)
+            self._next = trial.number + 1
+            values = {d.name: _to_value(d, trial.params[_param(d)]) for d in space.dimensions}
+            source, changes = edit(desk.source, space.assemble(champion, values))
+            if not changes or fingerprint(source) in desk.tried:
+                self._study.tell(trial, state=TrialState.FAIL)
+                continue
+            self._tracked[idea_id] = _Tracked(placeholder=trial.number)
+            self._seen.pop(idea_id, None)
+            return Attempt(self._proposal(desk, source, changes))
+        return Attempt(None, why_not=f"{ASKS_PER_PROPOSAL} samples in a row were tried already")
+
+    def _proposal(self, desk: Desk, source: str, changes: tuple[Change, ...]) -> Proposal:
+        comments = constants(desk.source)
+        said = [describe(c, comments[c.name].comment) for c in changes[:3]]
+        more = f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
+        decided = sum(1 for t in self._tracked.values() if t.finished)
+        best = -(self._low if self._low is not None else 0.0)
+        why = (
+            f"{self.sampler.value.upper()} over {len(self.space.dimensions) if self.space else 0} "
+            f"dimensions, fitted to {decided} decided ideas of {len(desk.findings)} findings "
+            f"({self.trials} trials); best improvement over v1 so far {best:.4g}"
+        )
+        lead = "; ".join(said) + more
+        return Proposal(
+            hypothesis=clip(f"{lead}. The {self.sampler.value} model rates this region best."),
+            source=source,
+            changes=changes,
+            persona=None,
+            why=why,
+        )
+
+    # --- the study from the findings ----------------------------------------------------------
+
+    def _space_for(self, desk: Desk) -> SearchSpace:
+        """The champion's space, each dimension keeping the range it was first given (a range
+        derived around a value would drift with every champion), widened to hold the current
+        value. A new space means a new study: Optuna's samplers need one space per study."""
+        current = space_of(desk.source)
+        values = current.values_of(constants(desk.source))
+        dims: list[Dimension] = []
+        for d in current.dimensions:
+            first = self._ranges.setdefault(d.name, d)
+            kept = first if first.kind is d.kind and first.choices == d.choices else d
+            x = values.get(d.name)
+            if kept is not d and x is not None and not kept.contains(x):
+                kept = d  # the champion left the first range: take the one around it
+            self._ranges[d.name] = kept
+            dims.append(kept)
+        space = SearchSpace(tuple(dims))
+        if space != self.space:
+            self.space = space
+            self._study = self._new_study()
+            self._seen.clear()
+            self._tracked.clear()
+            self._next, self._low, self._high = 0, None, None
+        return space
+
+    def _sync(self, desk: Desk, space: SearchSpace) -> None:
+        for finding in desk.findings:
+            if self._seen.get(finding.idea_id) is not finding:
+                self._seen[finding.idea_id] = finding
+                if not finding.code_changed:
+                    self._fold(finding, desk, space)
+
+    def _fold(self, finding: Finding, desk: Desk, space: SearchSpace) -> None:
+        tracked = self._tracked.setdefault(finding.idea_id, _Tracked())
+        if tracked.finished:
+            return
+        if not out_of_play(finding, desk.top_tier):
+            if tracked.placeholder is None:  # in play: a running trial, the liar's
+                params = self._params(finding, finding.champion_version, desk, space)
+                if params is not None:
+                    tracked.placeholder = self._add(params, TrialState.RUNNING)
+            return
+        if tracked.placeholder is not None:  # out of play: its finished trial replaces it
+            self._study.tell(tracked.placeholder, state=TrialState.FAIL)
+            tracked.placeholder = None
+        tracked.finished = True
+        self._add_finished(finding, desk, space)
+
+    def _add_finished(self, finding: Finding, desk: Desk, space: SearchSpace) -> None:
+        """The trial of an idea out of play. TPE: complete with its top-tier value if it was
+        decided there, else pruned at the highest tier it was decided at, its value at each
+        tier as intermediate values: Optuna's own multi-fidelity reading (a trial that got
+        further ranks better), the one its Hyperband pruner gives TPE. (A trial per tier as
+        soon as each verdict came, or complete trials at every tier, did worse in bench.search
+        on the low-correlation problems.) GP reads complete trials only: complete, with the
+        value at the highest tier decided."""
+        by_tier = tier_values(finding, desk)
+        if finding.failed and finding.tier not in by_tier:  # a crash: the worst value seen
+            worst = self._high if self._high is not None else 0.0
+            by_tier[finding.tier] = (finding.champion_version, worst)
+        if not by_tier:
+            return  # refused or stale before any verdict: nothing was measured
+        highest = max(by_tier)
+        version, value = by_tier[highest]
+        params = self._params(finding, version, desk, space)
+        if params is None:
+            return
+        for _, v in by_tier.values():
+            self._low = v if self._low is None else min(self._low, v)
+            self._high = v if self._high is None else max(self._high, v)
+        steps = {t: v for t, (_, v) in by_tier.items()}
+        if self.sampler is Sampler.GP:
+            self._add(params, TrialState.COMPLETE, value)
+        elif highest >= desk.top_tier:
+            del steps[highest]
+            self._add(params, TrialState.COMPLETE, value, steps)
+        else:
+            self._add(params, TrialState.PRUNED, None, steps)
+
+    def _add(
+        self,
+        params: dict[str, object],
+        state: TrialState,
+        value: float | None = None,
+        steps: dict[int, float] | None = None,
+    ) -> int:
+        assert self.space is not None
+        distributions = {_param(d): _distribution(d) for d in self.space.dimensions}
+        trial = create_trial(
+            state=state,
+            params=params,
+            distributions=distributions,
+            value=value,
+            intermediate_values=steps,
+        )
+        self._study.add_trial(trial)
+        self._next += 1
+        return self._next - 1
+
+    def _params(
+        self, finding: Finding, version: int, desk: Desk, space: SearchSpace
+    ) -> dict[str, object] | None:
+        """The idea's point as the study's params; None if a value has no place in the space
+        (a choice it does not list) or its champion is unknown."""
+        values = point_of(finding, version, desk, space)
+        if values is None:
+            return None
+        params: dict[str, object] = {}
+        for d in space.dimensions:
+            x = values.get(d.name)
+            p = _to_param(d, x) if x is not None else None
+            if p is None:
+                return None
+            params[_param(d)] = p
+        return params
+
+
+class ModelBrain:
+    """A researcher's brain that asks the host's shared ModelSearch."""
+
+    def __init__(self, search: ModelSearch) -> None:
+        self.search = search
+        self.label = search.sampler.value
+
+    @property
+    def persona(self) -> Persona | None:
+        return None
+
+    async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt:
+        try:
+            return self.search.propose(desk, idea_id)
+        except SpaceError as exc:  # the recipe's own declaration: say so, and look again later
+            return Attempt(None, why_not=f"the recipe's search space: {exc}", failed=True)

@@ -1,0 +1,210 @@
+"""The model-based brain: proposals from Optuna's samplers over the recipe's declared space,
+warm-started from every finding the swarm made."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from agents.brain import Desk, Finding, Gain
+from agents.history import History
+from agents.model_brain import ModelBrain, ModelSearch, Sampler
+from agents.recipe_constants import Change, changes_between, constants, format_value
+from agents.search_space import space_of
+from bus.champion_store import fingerprint
+from bus.messages import ChampionChange, ChangeKind, Decision, Idea, Verdict
+from training.patching import make_patch
+
+BYTELM = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
+RECIPE = (
+    "LR = 1e-3  # learning rate; search: 1e-4..1e-1\n"
+    "WD = 0.1  # weight decay; search: 1e-3..1.0\n"
+    'ACT = "gelu"  # activation; search: gelu | relu | silu\n'
+    "LAYERS = 4  # depth; search: 1..8\n"
+    "\ndef train():\n    return LR * WD\n"
+)
+TARGET_LR = 2e-2  # where the findings below say the best LR is
+
+
+def desk(
+    source: str, findings: tuple[Finding, ...] = (), tried: frozenset[str] = frozenset()
+) -> Desk:
+    return Desk(
+        "agent-0",
+        1,
+        source,
+        "recipe.py",
+        top_tier=2,
+        findings=findings,
+        failures=(),
+        notes=(),
+        tried=tried | {fingerprint(source)},
+        levels={1: {}},
+        sources={1: source},
+    )
+
+
+def propose(
+    search: ModelSearch, d: Desk, idea_id: str = "idea-x"
+) -> tuple[str, tuple[Change, ...]]:
+    attempt = asyncio.run(ModelBrain(search).propose(d, idea_id, "trace-x"))
+    assert attempt.proposal is not None, attempt.why_not
+    return attempt.proposal.source, attempt.proposal.changes
+
+
+def lr_findings(n: int = 40) -> tuple[Finding, ...]:
+    """Ideas that each moved LR, judged at the top tier: the closer to TARGET_LR, the better."""
+    findings = []
+    for i in range(n):
+        lr = 1e-4 * (1e-1 / 1e-4) ** (i / (n - 1))
+        gain = 0.3 - 0.1 * math.log10(lr / TARGET_LR) ** 2
+        findings.append(
+            Finding(
+                f"idea-{i}",
+                "agent-9",
+                1,
+                (Change("LR", "1e-3", format_value(float(f"{lr:.3g}"))),),
+                "h",
+                2,
+                "PROMOTE" if gain > 0 else "REJECT",
+                gain,
+                gains=(Gain(1, 0, gain), Gain(1, 1, gain), Gain(1, 2, gain)),
+            )
+        )
+    return tuple(findings)
+
+
+def test_a_proposal_moves_several_constants_inside_the_declared_space() -> None:
+    search = ModelSearch(Sampler.TPE, seed=0)
+    space = space_of(BYTELM).by_name()
+    moved = []
+    for i in range(12):
+        source, changes = propose(search, desk(BYTELM), f"idea-{i}")
+        assert changes == changes_between(BYTELM, source)
+        moved.append(len(changes))
+        for name, constant in constants(source).items():
+            value = constant.value
+            values = value if isinstance(value, tuple) else (value,)
+            for index, x in enumerate(values):
+                d = space.get(name if not isinstance(value, tuple) else f"{name}[{index}]")
+                assert d is None or d.contains(x), (name, x)
+        # Only the values changed: every comment and every other line survives.
+        old, new = BYTELM.splitlines(), source.splitlines()
+        assert len(old) == len(new)
+        for a, b in zip(old, new, strict=True):
+            assert a == b or (a.split("#", 1)[1:] == b.split("#", 1)[1:] and "=" in a)
+    assert max(moved) >= 3  # not one constant at a time
+
+
+def test_categoricals_are_sampled_among_their_choices() -> None:
+    search = ModelSearch(Sampler.TPE, seed=1)
+    seen = set()
+    for i in range(15):
+        source, _ = propose(search, desk(RECIPE), f"idea-{i}")
+        seen.add(constants(source)["ACT"].value)
+    assert seen <= {"gelu", "relu", "silu"} and len(seen) == 3
+
+
+def test_findings_warm_start_the_model() -> None:
+    """A brain that joins a swarm whose findings say LR ≈ 2e-2 is best proposes near it from its
+    first proposal; a cold one samples the whole range."""
+
+    def distance(search: ModelSearch, findings: tuple[Finding, ...]) -> float:
+        gaps = []
+        for i in range(10):
+            source, _ = propose(search, desk(RECIPE, findings), f"new-{i}")
+            lr = constants(source)["LR"].value
+            assert isinstance(lr, float)
+            gaps.append(abs(math.log10(lr / TARGET_LR)))
+        return statistics.median(gaps)
+
+    warm = ModelSearch(Sampler.TPE, seed=3)
+    warm_gap = distance(warm, lr_findings())
+    cold_gap = distance(ModelSearch(Sampler.TPE, seed=3), ())
+    assert warm_gap < 0.5 < cold_gap
+    finished = warm._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert len(finished) == 40  # every finding out of play is a trial
+
+
+def test_what_each_finding_becomes_in_the_study() -> None:
+    top = lr_findings(3)[2]  # decided at the top tier: complete
+    pruned = Finding(
+        "idea-p", "a", 1, (Change("WD", "0.1", "0.2"),), "h", 0, "REJECT", -0.01,
+        gains=(Gain(1, 0, -0.01),),
+    )  # fmt: skip
+    crashed = Finding(
+        "idea-c", "a", 1, (Change("WD", "0.1", "0.9"),), "h", 0, "REJECT", None, failed=True
+    )
+    refused = Finding("idea-r", "a", 1, (Change("WD", "0.1", "0.3"),), "h", 0, "REFUSED", None)
+    in_play = Finding("idea-i", "a", 1, (Change("WD", "0.1", "0.4"),), "h", 0, "PROMOTE", 0.02)
+    code = Finding("idea-k", "a", 1, (), "h", 2, "REJECT", -0.1, gains=(Gain(1, 2, -0.1),),
+                   code_changed=True)  # fmt: skip
+    search = ModelSearch(Sampler.TPE, seed=0)
+    propose(search, desk(RECIPE, (top, pruned, crashed, refused, in_play, code)))
+    trials = {t.state: [] for t in search._study.get_trials(deepcopy=False)}
+    for t in search._study.get_trials(deepcopy=False):
+        trials[t.state].append(t)
+    (complete,) = trials[TrialState.COMPLETE]
+    assert complete.value == pytest.approx(-top.delta)  # type: ignore[operator]
+    assert sorted(complete.intermediate_values) == [0, 1]  # the lower tiers' values
+    pruned_trials = trials[TrialState.PRUNED]
+    assert len(pruned_trials) == 2  # the tier-0 reject, and the crash at the worst value seen
+    crash = next(t for t in pruned_trials if t.params["WD"] == pytest.approx(0.9))
+    assert crash.intermediate_values[0] == max(
+        v for t in [*pruned_trials, complete] for v in [*t.intermediate_values.values()]
+    )
+    # The idea in play and the one just proposed are running trials (the constant liar's);
+    # the refused one and the code edit teach nothing.
+    assert len(trials[TrialState.RUNNING]) == 2
+    assert not any(t.params.get("WD") == pytest.approx(0.3) for t in search._study.trials)
+
+
+def test_levels_put_findings_on_different_champions_on_one_scale() -> None:
+    """A stacked idea raises the next champion's level by its gain at each tier; an idea on
+    the new champion is valued at that level plus its own gain."""
+    history = History("recipe.py", "bytelm")
+    history.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "a", source=RECIPE))
+    history.observe(Idea("idea-1", "a", "h", _patch(RECIPE, "LR = 1e-3", "LR = 2e-3"), 1))
+    for tier, delta in ((0, 0.05), (1, 0.04), (2, 0.03)):
+        history.observe(
+            Decision(f"d{tier}", "idea-1", tier, Verdict.PROMOTE, 1, "r", delta=delta, n=2)
+        )
+    stacked = RECIPE.replace("LR = 1e-3", "LR = 2e-3")
+    history.observe(ChampionChange(2, 1, ChangeKind.STACK, "b", idea_id="idea-1", source=stacked))
+    assert history.levels[2] == {0: 0.05, 1: 0.04, 2: 0.03}
+    finding = history.findings["idea-1"]
+    assert finding.stacked_into == 2 and [g.tier for g in finding.gains] == [0, 1, 2]
+    revert = ChampionChange(3, 2, ChangeKind.REVERT, "a", source=RECIPE)
+    history.observe(revert)
+    assert history.levels[3] == {}  # back to the first champion's level
+
+
+def test_a_patch_that_edits_code_is_marked() -> None:
+    history = History("recipe.py", "bytelm")
+    history.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "a", source=RECIPE))
+    history.observe(Idea("idea-c", "a", "h", _patch(RECIPE, "LR * WD", "LR * WD * 2"), 1))
+    history.observe(Idea("idea-v", "a", "h", _patch(RECIPE, "LR = 1e-3", "LR = 5e-3"), 1))
+    assert history.findings["idea-c"].code_changed
+    assert not history.findings["idea-v"].code_changed
+
+
+def test_a_bad_declaration_is_a_failed_attempt_that_names_it() -> None:
+    bad = "LR = 1e-3  # search: 1..2\n"
+    attempt = asyncio.run(ModelBrain(ModelSearch(Sampler.TPE, 0)).propose(desk(bad), "i", "t"))
+    assert attempt.proposal is None and attempt.failed
+    assert "LR: its value 0.001 is outside `search: 1..2`" in attempt.why_not
+
+
+def test_the_gp_sampler_proposes_too() -> None:
+    search = ModelSearch(Sampler.GP, seed=0)
+    source, changes = propose(search, desk(RECIPE, lr_findings(12)))
+    assert changes and constants(source)["ACT"].value in {"gelu", "relu", "silu"}
+
+
+def _patch(base: str, old: str, new: str) -> str:
+    return make_patch(base, base.replace(old, new, 1), "recipe.py")
