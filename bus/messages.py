@@ -160,6 +160,7 @@ class Decision:
     details: str = ""
     seeds_wanted: int = 0  # RETEST: paired seeds the idea will have at this tier
     decided_by: str = "ladder"  # who decided: the ladder's rules, or a person (approve/reject)
+    runs: int = 0  # the idea's runs at this tier on this champion so far: what the verdict cost
     created_at: float = field(default_factory=now)
 
     @property
@@ -180,6 +181,8 @@ class ChampionChange:
     patch: str = ""  # the change from the parent version (a unified diff)
     reason: str = ""
     source: str = ""  # the whole editable file at this version
+    # runs of the stacked idea that are runs of this recipe, kept as its baseline (not re-run)
+    carried_runs: int = 0
     created_at: float = field(default_factory=now)
 
     @property

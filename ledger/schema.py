@@ -105,7 +105,40 @@ TABLES: dict[str, Table] = {
     )
 }
 
+# A stacked idea's runs at a token-budget tier are runs of the new champion's recipe, and the
+# ladder keeps them as its baseline instead of running it again (scale_ladder/ladder_state.py);
+# these two views count them as the champion's, so its level shows on every version.
+CARRIED_FROM = """
+    FROM champions c JOIN {runs} ON r.idea_id = c.idea_id AND r.champion_version = c.parent_version
+    WHERE c.kind = 'STACK'
+      AND r.tier IN (SELECT DISTINCT tier FROM run_specs WHERE budget_kind = 'tokens')"""
+
 VIEWS: dict[str, str] = {
+    # Every successful run of each champion version: its own baseline runs, and the runs it
+    # carried over from the idea stacked into it (carried = true).
+    "champion_runs": """
+        SELECT r.tier, r.champion_version, r.seed, r.metric_name, r.metric, r.run_id,
+               false AS carried
+        FROM runs r WHERE r.idea_id = '' AND r.status = 'OK' AND r.metric IS NOT NULL
+        UNION ALL
+        SELECT r.tier, c.version, r.seed, r.metric_name, r.metric, r.run_id, true"""
+    + CARRIED_FROM.format(runs="runs r")
+    + """ AND r.status = 'OK' AND r.metric IS NOT NULL""",
+    # run_stats with the carried runs added to each champion's baseline totals.
+    "run_totals": """
+        WITH stats AS (
+            SELECT tier, champion_version, idea_id, metric_name, n_runs, sum_metric,
+                   sum_sq_metric, best_metric
+            FROM run_stats
+            UNION ALL
+            SELECT r.tier, c.version, '', r.metric_name, r.n_runs, r.sum_metric,
+                   r.sum_sq_metric, r.best_metric"""
+    + CARRIED_FROM.format(runs="run_stats r")
+    + """)
+        SELECT tier, champion_version, idea_id, any_value(metric_name) AS metric_name,
+               sum(n_runs)::BIGINT AS n_runs, sum(sum_metric) AS sum_metric,
+               sum(sum_sq_metric) AS sum_sq_metric, min(best_metric) AS best_metric
+        FROM stats GROUP BY tier, champion_version, idea_id""",
     # One row per agent, derived from its events (so redelivery can never skew it).
     "agents": """
         SELECT agent AS agent_id,
@@ -116,8 +149,8 @@ VIEWS: dict[str, str] = {
                count(*) AS events
         FROM agent_events GROUP BY agent""",
     # Mean metric per idea, tier and champion version over successful runs; the champion's own
-    # baseline runs appear as idea '(champion)'. Lower is better for val_bpb. Reads the running
-    # totals in run_stats, so it stays fast at millions of runs.
+    # baseline runs (carried ones included) appear as idea '(champion)'. Lower is better for
+    # val_bpb. Reads the running totals in run_stats, so it stays fast at millions of runs.
     "leaderboard": """
         SELECT s.tier, s.champion_version,
                CASE WHEN s.idea_id = '' THEN '(champion)' ELSE s.idea_id END AS idea_id,
@@ -127,7 +160,7 @@ VIEWS: dict[str, str] = {
                    (s.sum_sq_metric - s.sum_metric * s.sum_metric / s.n_runs) / (s.n_runs - 1)))
                END AS std_metric,
                s.best_metric, s.n_runs
-        FROM run_stats s LEFT JOIN ideas i USING (idea_id)
+        FROM run_totals s LEFT JOIN ideas i USING (idea_id)
         ORDER BY s.tier DESC, mean_metric ASC""",
     # How far each idea climbed and the latest verdict it got.
     "ladder": """
@@ -153,7 +186,7 @@ VIEWS: dict[str, str] = {
     "rank_correlation": """
         WITH means AS (
             SELECT tier, champion_version, idea_id, sum_metric / n_runs AS mean
-            FROM run_stats),
+            FROM run_totals),
         gains AS (
             SELECT i.tier, i.champion_version, i.idea_id, b.mean - i.mean AS gain
             FROM means i JOIN means b
@@ -261,9 +294,12 @@ def run_stats_upsert(source: str) -> str:
 
 def ddl() -> list[str]:
     statements = [t.ddl() for t in TABLES.values()] + [RUN_STATS_DDL]
-    # Ledgers made before stream_seq existed gain the column (empty for their old rows).
+    # A ledger made by an older release gains the columns added since (empty for its old rows;
+    # the writer inserts BY NAME, so column order does not matter).
     statements += [
-        f"ALTER TABLE {t.name} ADD COLUMN IF NOT EXISTS stream_seq BIGINT;" for t in TABLES.values()
+        f"ALTER TABLE {t.name} ADD COLUMN IF NOT EXISTS {c.name} {c.sql_type};"
+        for t in TABLES.values()
+        for c in (*t.columns, Column("stream_seq", "BIGINT", pa.int64(), "plain"))
     ]
     statements += [
         f"CREATE OR REPLACE VIEW {name} AS {sql.strip()};" for name, sql in VIEWS.items()

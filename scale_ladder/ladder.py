@@ -9,8 +9,10 @@ so an action repeated after a crash is dropped by JetStream and by the ledger's 
 The flow of one idea: NEW → admitted (tier-0 RunSpecs on the current champion, or REFUSED) →
 TESTING at tier k until its seeds and the baseline's are in → rules.decide: RETEST (more seeds),
 REJECT, or PROMOTE (tier k+1, or at the top: PROMOTED → [HELD → approved] → stacked into a new
-champion version). A new champion rebases every idea still in play onto it (back to tier 0) or
-marks it STALE, and re-baselines every tier.
+champion version). An idea starts each tier on one seed and gets more only while its verdict is
+open (racing, rules.py). A new champion rebases every idea still in play
+onto it (back to tier 0) or marks it STALE; its baseline at each tier starts from the stacked
+idea's runs (ladder_state.py) and only the seeds still missing are run.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from scale_ladder.ladder_state import (
     tier_seed,
 )
 from scale_ladder.near_duplicates import nearest, patch_change
-from scale_ladder.rules import Evidence, Outcome, decide, paired_gains, pooled_sigma
+from scale_ladder.rules import Evidence, Outcome, decide
 from training.patching import make_patch
 
 __all__ = ["Ladder", "LadderRefusal", "Phase", "tier_seed"]
@@ -110,7 +112,7 @@ class Ladder(LadderState):
             return
         if self._is_duplicate(state, patch):
             return
-        self._request(state.idea.idea_id, self.current, 0, patch, self.tiers[0].seeds)
+        self._request(state.idea.idea_id, self.current, 0, patch, 1)
 
     def _is_duplicate(self, state: IdeaState, patch: str) -> bool:
         """Refuse an idea whose patched recipe, or whose change up to form (near_duplicates.py),
@@ -155,7 +157,7 @@ class Ladder(LadderState):
             self._decide(state, Verdict.STALE, why, version=self.current)
             return
         if not self._is_duplicate(state, patch):
-            self._request(state.idea.idea_id, self.current, 0, patch, self.tiers[0].seeds)
+            self._request(state.idea.idea_id, self.current, 0, patch, 1)
 
     def _try_decide(self, state: IdeaState) -> None:
         key = (state.idea.idea_id, state.version, state.tier)
@@ -166,7 +168,7 @@ class Ladder(LadderState):
         if failed:
             r = failed[0]
             why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
-            self._decide(state, Verdict.REJECT, why, n=len(got))
+            self._decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
             return
         baseline = self.results[("", state.version, state.tier)]
         pairs: dict[int, float] = {}
@@ -181,15 +183,9 @@ class Ladder(LadderState):
     def _evidence(self, state: IdeaState, pairs: dict[int, float]) -> Evidence:
         key = (state.idea.idea_id, state.version, state.tier)
         idea = {s: r.metric for s, r in self.results[key].items() if r.metric is not None}
-        baseline = self.results[("", state.version, state.tier)]
-        base = {s: r.metric for s, r in baseline.items() if r.metric is not None}
-        groups = []
-        for other in self.tested_at[(state.version, state.tier)]:
-            runs = self.results.get((other, state.version, state.tier), {})
-            mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
-            groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
+        sigma = self.sigma_for(state.version, state.tier)
         peers = [g for i, g in self.gains[(state.version, state.tier)].items() if i != key[0]]
-        return Evidence(idea, pairs, pooled_sigma(groups), peers, self.lower_is_better)
+        return Evidence(idea, pairs, sigma, peers, self.lower_is_better)
 
     def _apply(self, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
         key = (state.idea.idea_id, state.version, state.tier)
@@ -211,12 +207,13 @@ class Ladder(LadderState):
             n=outcome.n,
             details=json.dumps(numbers),
             seeds_wanted=outcome.seeds_wanted if verdict is Verdict.RETEST else 0,
+            runs=have,
         )
         if verdict is Verdict.RETEST:
             self._request(key[0], state.version, state.tier, state.patch, outcome.seeds_wanted)
         elif verdict is Verdict.PROMOTE and state.tier < self.top:
             nxt = state.tier + 1
-            self._request(key[0], state.version, nxt, state.patch, self.tiers[nxt].seeds)
+            self._request(key[0], state.version, nxt, state.patch, 1)
         elif verdict is Verdict.PROMOTE:
             self._advance(state)  # PROMOTED: hold for a person, or stack now
 
@@ -234,6 +231,7 @@ class Ladder(LadderState):
                 patch=state.patch,
                 reason=reason,
                 source=source,
+                carried_runs=len(self.carried_runs(state.idea.idea_id, current.version)),
             )
         )
 
@@ -249,7 +247,7 @@ class Ladder(LadderState):
             for idea_id in self.tested_at[(version, tier.index)]:
                 needed |= self.requested[(idea_id, version, tier.index)]
             if tier.index == 0 or needed:
-                needed |= {tier_seed(tier.index, i) for i in range(tier.seeds)}
+                needed.add(tier_seed(tier.index, 0))
             for seed in sorted(needed):
                 tries = self.baseline_tries[(version, tier.index, seed)]
                 if self._baseline_ok(version, tier.index, seed) or tries >= BASELINE_ATTEMPTS:

@@ -3,6 +3,11 @@
 Everything the ladder does is an event it publishes, and this state is driven by those events
 (an idea's tier and patch come from its RunSpecs, its phase from its Decisions), so replaying
 the event stream in order rebuilds it, whatever happened between two events live.
+
+Evidence carries over: when an idea is stacked, its runs at each token-budget tier are runs of
+the new champion's recipe on those seeds (a token budget makes a seed's run reproducible), so
+they become the new champion's baseline there and only the missing seeds are run. Time-budget
+tiers are re-run: load on the machine leaks into their metric (LADDER-NOTES, baseline drift).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 
 from bus.champion_store import fingerprint
 from bus.messages import (
+    BudgetKind,
     ChampionChange,
     ChangeKind,
     Decision,
@@ -27,6 +33,7 @@ from bus.messages import (
 )
 from scale_ladder.admission import NotAdmitted, patched_source
 from scale_ladder.near_duplicates import PatchChange, patch_change
+from scale_ladder.rules import Evidence, Noise, noise, paired_gains
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
 SEED_STRIDE = 1000  # tier k runs seeds k·1000 + i: every tier re-tests on fresh seeds
@@ -98,6 +105,8 @@ class LadderState:
     gains: dict[tuple[int, int], dict[str, float]] = field(
         default_factory=lambda: defaultdict(dict)
     )
+    # tier -> noise pooled over every champion before the current one: the racing prior
+    earlier_noise: dict[int, Noise] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
     baselines_dirty: bool = True
     _out: list[Message] = field(default_factory=list)
@@ -183,14 +192,51 @@ class LadderState:
         self.dirty[decision.idea_id] = None
 
     def _observe_champion(self, change: ChampionChange) -> None:
+        previous = self.current
         self.champions[change.version] = change
         if change.idea_id in self.ideas and change.kind is ChangeKind.STACK:
             self.ideas[change.idea_id].phase = Phase.DONE
+            for (index, seed), run in self.carried_runs(change.idea_id, change.parent_version):
+                self.results[("", change.version, index)].setdefault(seed, run)
         if change.version == self.current:
+            if previous:  # the champion it replaces has said all it will about each tier's noise
+                for tier in self.tiers:
+                    before = self.earlier_noise.get(tier.index, Noise())
+                    self.earlier_noise[tier.index] = before + self.noise_at(previous, tier.index)
             self.baselines_dirty = True
             for idea_id, state in self.ideas.items():
                 if state.phase is not Phase.DONE:
                     self.dirty[idea_id] = None
+
+    def carried_runs(self, idea_id: str, version: int) -> list[tuple[tuple[int, int], RunResult]]:
+        """((tier, seed), run) of an idea's successful runs on `version` at token-budget tiers:
+        once it is stacked onto `version`, runs of the new champion's recipe."""
+        carried = []
+        for tier in self.tiers:
+            if tier.budget_kind is not BudgetKind.TOKENS:
+                continue
+            for seed, run in sorted(self.results.get((idea_id, version, tier.index), {}).items()):
+                if run.status is RunStatus.OK and run.metric is not None:
+                    carried.append(((tier.index, seed), run))
+        return carried
+
+    def noise_at(self, version: int, tier: int) -> Noise:
+        """The paired-difference noise of the ideas run at (version, tier)."""
+        baseline = self.results.get(("", version, tier), {})
+        base = {s: r.metric for s, r in baseline.items() if r.metric is not None}
+        groups = []
+        for other in self.tested_at.get((version, tier), {}):
+            runs = self.results.get((other, version, tier), {})
+            mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
+            groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
+        return noise(groups)
+
+    def sigma_for(self, version: int, tier: int) -> float | None:
+        """σ_d at a tier: pooled over this champion's pairs when there are enough, else over
+        every earlier champion's (a tier's seed noise outlives its champion); None: no estimate,
+        so no racing yet."""
+        here = self.noise_at(version, tier).sigma
+        return here if here is not None else self.earlier_noise.get(tier, Noise()).sigma
 
     def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:
         result = self.results[("", version, tier)].get(seed)

@@ -12,6 +12,15 @@ a positive mean gain means the idea helps. It is promoted only if the mean gain 
 An idea whose gain is clearly below the minimum is rejected; an inconclusive one gets more seeds
 (RETEST) up to `max_seeds`, then is rejected. Every outcome carries the numbers and the rule that
 fired. See ../shared/LADDER-NOTES.md for why.
+
+Racing (SMAC's intensifier, with our paired gate): once the tier has a pooled σ_d (Evidence's
+`pooled_sigma`, from other ideas' pairs), one seed can settle a verdict, and an open idea doubles
+its seeds (1 → 2 → 4 …) only while it could still clear the gate at `max_seeds`: it is rejected
+as soon as even a one-σ optimistic view of its gain falls short of what it would need there.
+The gate itself is unchanged, so seeds go where the verdict is open and obvious losers cost one
+run. Without a pooled σ_d an idea's own σ from two or three pairs is no noise estimate, so it
+needs the tier's `seeds` first, as before (the ladder asks for them one at a time: by the time
+the first is in, the tier may have its σ_d).
 """
 
 from __future__ import annotations
@@ -61,22 +70,52 @@ def paired_gains(evidence: Evidence) -> list[float]:
     return [sign * (evidence.baseline[s] - evidence.idea[s]) for s in seeds]
 
 
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """Totals behind a pooled σ_d: squared deviations of each idea's gains around its own mean,
+    their degrees of freedom, and the pairs they came from. Totals add, so a tier's noise can be
+    pooled over several champions."""
+
+    squares: float = 0.0
+    dof: int = 0
+    pairs: int = 0
+
+    def __add__(self, other: Noise) -> Noise:
+        return Noise(self.squares + other.squares, self.dof + other.dof, self.pairs + other.pairs)
+
+    @property
+    def sigma(self) -> float | None:
+        """None below MIN_PAIRS_FOR_POOLED_SIGMA pairs."""
+        if self.pairs < MIN_PAIRS_FOR_POOLED_SIGMA or self.dof == 0:
+            return None
+        return math.sqrt(self.squares / self.dof)
+
+
+def noise(groups: Sequence[Sequence[float]]) -> Noise:
+    usable = [g for g in groups if len(g) >= 2]
+    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in usable)
+    return Noise(squares, sum(len(g) - 1 for g in usable), sum(len(g) for g in usable))
+
+
 def pooled_sigma(groups: Sequence[Sequence[float]]) -> float | None:
     """σ of one paired difference, pooled over groups (each idea's own gains, around its own
     mean, so real effects do not count as noise). None below MIN_PAIRS_FOR_POOLED_SIGMA."""
-    usable = [g for g in groups if len(g) >= 2]
-    dof = sum(len(g) - 1 for g in usable)
-    if sum(len(g) for g in usable) < MIN_PAIRS_FOR_POOLED_SIGMA or dof == 0:
-        return None
-    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in usable)
-    return math.sqrt(squares / dof)
+    return noise(groups).sigma
+
+
+def least_seeds(rule: PromotionRule, pooled: float | None) -> int:
+    """Paired seeds an idea needs before a verdict: one when racing (a pooled σ_d exists),
+    else the tier's `seeds`."""
+    return 1 if pooled is not None else rule.seeds
 
 
 def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
     gains = paired_gains(evidence)
     n = len(gains)
-    if n < rule.seeds:
-        return _more(rule, rule.seeds, n, None, None, f"{n} of {rule.seeds} paired seeds in")
+    racing = evidence.pooled_sigma is not None
+    least = least_seeds(rule, evidence.pooled_sigma)
+    if n < least:
+        return _more(rule, least, n, None, None, f"{n} of {least} paired seeds in")
     idea_values = [evidence.idea[s] for s in sorted(evidence.idea)]
     if n >= 2 and len(set(idea_values)) == 1 and len(set(evidence.baseline.values())) > 1:
         reason = "identical metrics across seeds: the recipe ignores the seed"
@@ -103,6 +142,15 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return Outcome(
             Verdict.REJECT, f"inconclusive at {n} seeds (max): {numbers}", delta, sigma, n
         )
+    if racing:
+        # What it would need at max_seeds, against a one-σ optimistic view of its gain now.
+        target = max(needed, rule.sigmas * sigma / math.sqrt(rule.max_seeds))
+        hope = delta + sigma / math.sqrt(n)
+        if hope < target:
+            why = f"behind: gain + σ/√n = {hope:.4g} < {target:.4g} needed at {rule.max_seeds}"
+            return Outcome(Verdict.REJECT, f"{why} seeds (racing): {numbers}", delta, sigma, n)
+        wanted = min(rule.max_seeds, 2 * n)
+        return _more(rule, wanted, n, delta, sigma, f"racing, still open: {numbers}")
     wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, sigma, delta, needed)))
     return _more(rule, wanted, n, delta, sigma, f"inconclusive: {numbers}")
 

@@ -13,10 +13,10 @@ from swarm.workspace import Workspace
 RUNS_SQL = "SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY n DESC"
 VERDICTS_SQL = """SELECT tier, verdict, count(*) AS n FROM decisions
     GROUP BY tier, verdict ORDER BY tier, verdict"""
-# Baseline metric per tier, champion version and seed (the first OK attempt of each seed).
+# Baseline metric per tier, champion version and seed (the first OK attempt of each seed; a
+# stacked idea's runs count as its new champion's, as the ladder counts them).
 BASELINES_SQL = """SELECT tier, champion_version AS version, seed, min(metric) AS metric
-    FROM runs WHERE idea_id = '' AND status = 'OK' AND metric IS NOT NULL
-    GROUP BY ALL ORDER BY tier, version, seed"""
+    FROM champion_runs GROUP BY ALL ORDER BY tier, version, seed"""
 SIGMA_SQL = """SELECT tier, median(sigma) AS sigma FROM decisions
     WHERE sigma IS NOT NULL GROUP BY tier"""
 

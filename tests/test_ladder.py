@@ -18,12 +18,20 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from scale_ladder.ladder import LadderRefusal, Phase, tier_seed
-from tests.ladder_sim import Sim, make_ladder, ok_runner
+from scale_ladder.ladder import Ladder, LadderRefusal, Phase, tier_seed
+from scale_ladder.tiers import load_tiers
+from tests.ladder_sim import RECIPE, SIM_LADDER, Sim, make_ladder, ok_runner
 
 
-def decisions(sim: Sim, idea_id: str) -> list[Decision]:
-    return [m for m in sim.log if isinstance(m, Decision) and m.idea_id == idea_id]
+def decisions(sim: Sim, idea_id: str, retests: bool = False) -> list[Decision]:
+    """The idea's decisions; RETESTs (asking for another seed) only when asked for."""
+    return [
+        m
+        for m in sim.log
+        if isinstance(m, Decision)
+        and m.idea_id == idea_id
+        and (retests or m.verdict is not Verdict.RETEST)
+    ]
 
 
 def champions(sim: Sim) -> list[ChampionChange]:
@@ -36,8 +44,8 @@ def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
     (initial,) = champions(sim)
     assert initial.version == 1 and initial.kind == ChangeKind.INITIAL and initial.source
     specs = [m for m in sim.log if isinstance(m, RunSpec)]
-    # Tier 0 at once; tier 1 waits for the first idea to reach it.
-    assert {(s.tier, s.seed) for s in specs} == {(0, 0), (0, 1)}
+    # Tier 0's first seed at once (more when ideas need them); tier 1 waits for the first idea.
+    assert {(s.tier, s.seed) for s in specs} == {(0, 0)}
     assert all(s.idea_id == "" and s.champion_version == 1 for s in specs)
 
 
@@ -47,18 +55,33 @@ def test_a_real_win_climbs_every_tier_and_is_stacked(tmp_path: Path) -> None:
     sim.run_all()
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.run_all()
-    verdicts = [(d.tier, d.verdict) for d in decisions(sim, "idea-good")]
-    assert verdicts == [(0, Verdict.PROMOTE), (1, Verdict.PROMOTE)]
+    verdicts = [(d.tier, d.verdict) for d in decisions(sim, "idea-good", retests=True)]
+    # One seed first; with no noise estimate yet (one idea, so nothing pooled) a second.
+    assert verdicts == [
+        (0, Verdict.RETEST),
+        (0, Verdict.PROMOTE),
+        (1, Verdict.RETEST),
+        (1, Verdict.PROMOTE),
+    ]
+    asked = decisions(sim, "idea-good", retests=True)[0]
+    assert asked.rule == "1 of 2 paired seeds in" and asked.seeds_wanted == 2 and asked.runs == 1
     first = decisions(sim, "idea-good")[0]
     assert first.delta is not None and first.delta > 0 and first.n == 2 and first.sigma
+    assert first.runs == 2  # what the verdict cost, for SQL
     stacked = champions(sim)[-1]
     assert stacked.version == 2 and stacked.kind == ChangeKind.STACK
     assert stacked.idea_id == "idea-good" and "LR = 2.0" in stacked.source
-    # Both tiers had baselines on v1; the new champion is baselined again from tier 0.
+    # Both tiers had baselines on v1. The new champion's are the stacked idea's own runs (a
+    # token budget makes a seed's run reproducible): nothing is run again.
     baselines = {
         (s.champion_version, s.tier) for s in sim.log if isinstance(s, RunSpec) and not s.idea_id
     }
-    assert baselines == {(1, 0), (1, 1), (2, 0)}
+    assert baselines == {(1, 0), (1, 1)}
+    assert stacked.carried_runs == 4  # 2 tiers x 2 seeds
+    for tier in (0, 1):
+        carried = sim.ladder.results[("", 2, tier)]
+        assert sorted(carried) == sorted(sim.ladder.results[("idea-good", 1, tier)])
+        assert all(r.idea_id == "idea-good" for r in carried.values())
 
 
 def test_a_loss_is_rejected_and_a_noop_or_bad_patch_refused(tmp_path: Path) -> None:
@@ -245,7 +268,13 @@ def test_failed_baselines_are_retried_then_left_out(tmp_path: Path) -> None:
     sim = Sim(make_ladder(tmp_path), flaky)
     sim.step()
     sim.run_all()
-    tries = [s for s in sim.log if isinstance(s, RunSpec) and not s.idea_id and s.seed == 1]
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")  # its second seed needs the baseline's
+    sim.run_all()
+    tries = [
+        s
+        for s in sim.log
+        if isinstance(s, RunSpec) and not s.idea_id and s.seed == 1 and s.tier == 0
+    ]
     assert len(tries) == 3 and len({s.run_id for s in tries}) == 3
 
 
@@ -382,3 +411,29 @@ def test_rebase_carries_an_edit_past_a_neighbouring_change_of_the_real_recipe() 
     same = diff(v1, v2, "recipe.py")
     with pytest.raises(NotAdmitted, match="already contains"):
         rebase(same, v1, v2, "recipe.py")
+
+
+def test_a_time_budget_tier_is_baselined_again_after_a_stack(tmp_path: Path) -> None:
+    """Seconds budgets let machine load into the metric: their runs do not carry over."""
+    path = tmp_path / "ladder.toml"
+    text = SIM_LADDER.format(extra="")
+    large = text.index('name = "large"')
+    seconds = text[large:].replace('budget_kind = "tokens"', 'budget_kind = "seconds"')
+    path.write_text(text[:large] + seconds)
+    sim = Sim(Ladder(load_tiers(path), "recipe.py", RECIPE))
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    stacked = champions(sim)[-1]
+    assert stacked.version == 2 and stacked.carried_runs == 2  # tier 0's two seeds only
+    assert sorted(sim.ladder.results[("", 2, 0)]) == [0, 1]
+    assert not sim.ladder.results[("", 2, 1)]
+    sim.propose("idea-better", "LR = 2.0->LR = 2.5", version=2)
+    sim.run_all()
+    again = {
+        s.tier
+        for s in sim.log
+        if isinstance(s, RunSpec) and s.champion_version == 2 and not s.idea_id
+    }
+    assert again == {1}  # only tier 1 is baselined on v2, once an idea reaches it

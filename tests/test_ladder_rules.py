@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bus.messages import Verdict
-from scale_ladder.rules import Evidence, PromotionRule, decide, pooled_sigma
+from scale_ladder.rules import Evidence, PromotionRule, decide, least_seeds, pooled_sigma
 
 RULE = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6)
 BASE = {0: 3.00, 1: 3.02, 2: 2.98, 3: 3.01, 4: 2.99, 5: 3.00}
@@ -56,8 +56,49 @@ def test_waits_for_its_seeds_and_for_a_noise_estimate() -> None:
 
 
 def test_only_paired_seeds_count() -> None:
+    # Seed 1 has no baseline: one pair, which with a pooled σ is enough for a clear win.
     outcome = decide(RULE, Evidence(idea({0: 0.05, 1: 0.05}), {0: 3.0}, pooled_sigma=0.01))
-    assert outcome.verdict == Verdict.RETEST and outcome.n == 1
+    assert outcome.verdict == Verdict.PROMOTE and outcome.n == 1
+    without = decide(RULE, Evidence(idea({0: 0.05, 1: 0.05}), {0: 3.0}))
+    assert without.verdict == Verdict.RETEST and without.n == 1 and without.seeds_wanted == 2
+
+
+# --- racing: seeds where the verdict is open ----------------------------------------------
+
+
+def test_without_a_pooled_sigma_an_idea_starts_on_the_tiers_seeds() -> None:
+    assert least_seeds(RULE, None) == RULE.seeds == 2
+    assert least_seeds(RULE, 0.01) == 1
+    outcome = decide(RULE, Evidence(idea({0: 0.3}), BASE))  # a big gain, but no noise estimate
+    assert outcome.verdict == Verdict.RETEST and outcome.seeds_wanted == 2
+
+
+def test_racing_rejects_a_loser_after_one_seed() -> None:
+    outcome = decide(RULE, Evidence(idea({0: -0.004}), BASE, pooled_sigma=0.01))
+    assert outcome.verdict == Verdict.REJECT and outcome.n == 1
+    assert "behind" in outcome.rule and "racing" in outcome.rule
+
+
+def test_racing_doubles_the_seeds_while_the_verdict_is_open() -> None:
+    one = decide(RULE, Evidence(idea({0: 0.012}), BASE, pooled_sigma=0.01))
+    assert one.verdict == Verdict.RETEST and one.seeds_wanted == 2 and "racing" in one.rule
+    two = decide(RULE, Evidence(idea({0: 0.012, 1: 0.01}), BASE, pooled_sigma=0.01))
+    assert two.verdict == Verdict.RETEST and two.seeds_wanted == 4
+    four = Evidence(idea(dict.fromkeys(range(4), 0.0105)), BASE, pooled_sigma=0.01)
+    assert decide(RULE, four).verdict == Verdict.PROMOTE  # 2σ/√4 = 0.01 < 0.0105
+    # Never beyond max_seeds: 4 → 6, not 8.
+    open_at_four = Evidence(idea(dict.fromkeys(range(4), 0.009)), BASE, pooled_sigma=0.01)
+    assert decide(RULE, open_at_four).seeds_wanted == 6
+
+
+def test_racing_stops_an_idea_that_could_not_clear_the_gate_at_max_seeds() -> None:
+    # Gain 0.002 on 2 seeds, σ 0.01: even gain + σ/√2 = 0.0091 is short of 2σ/√6 = 0.0082?
+    # No: 0.0091 > 0.0082, still open. At 4 seeds with gain 0.001: 0.006 < 0.0082, behind.
+    open_ = decide(RULE, Evidence(idea({0: 0.002, 1: 0.002}), BASE, pooled_sigma=0.01))
+    assert open_.verdict == Verdict.RETEST
+    behind = Evidence(idea(dict.fromkeys(range(4), 0.001)), BASE, pooled_sigma=0.01)
+    outcome = decide(RULE, behind)
+    assert outcome.verdict == Verdict.REJECT and "behind" in outcome.rule
 
 
 def test_rank_gate_applies_after_cold_start() -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from bus.messages import AgentEvent, AgentEventKind, ChampionChange, ChangeKind, RunStatus
+from bus.messages import (
+    AgentEvent,
+    AgentEventKind,
+    ChampionChange,
+    ChangeKind,
+    Decision,
+    RunStatus,
+    Verdict,
+)
 from ledger.duckdb_store import LedgerStore
 from tests.conftest import make_idea, make_result
 
@@ -121,4 +129,23 @@ def test_leaderboard_totals_equal_a_full_recount_despite_redelivery(tmp_path: Pa
     store.close()
     store = LedgerStore(tmp_path / "l.duckdb")
     assert _close(store.con.execute(LEADERBOARD_VIEW).fetchall(), expected)
+    store.close()
+
+
+def test_a_ledger_from_an_older_release_gains_the_new_columns(tmp_path: Path) -> None:
+    """Decisions now say what they cost (`runs`) and champion changes how many runs they kept
+    (`carried_runs`); a ledger written before them is migrated in place, its rows kept."""
+    path = tmp_path / "l.duckdb"
+    store = LedgerStore(path)
+    store.write_batch([make_idea(1)])
+    store.con.execute("ALTER TABLE decisions DROP COLUMN runs")
+    store.con.execute("ALTER TABLE champions DROP COLUMN carried_runs")
+    store.close()
+    store = LedgerStore(path)  # as the next release starts on the old workspace
+    stack = ChampionChange(2, 1, ChangeKind.STACK, "sha", idea_id="idea-1", carried_runs=4)
+    decision = Decision("dec-1", "idea-1", 0, Verdict.REJECT, 1, "behind", delta=-0.1, runs=1)
+    store.write_batch([stack, decision])
+    assert store.count("ideas") == 1
+    assert store.con.execute("select runs from decisions").fetchall() == [(1,)]
+    assert store.con.execute("select carried_runs from champions").fetchall() == [(4,)]
     store.close()

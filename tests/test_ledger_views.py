@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 
+from bus.messages import (
+    BudgetKind,
+    ChampionChange,
+    ChangeKind,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
+from ledger.duckdb_store import LedgerStore
 from ledger.schema import ddl
 
 
@@ -38,3 +50,31 @@ def test_rank_correlation_is_null_below_three_ideas() -> None:
         "(1, 1, 'a', 'm', 1, 1.8, 0, 1.8)"
     )
     assert con.execute("SELECT ideas, spearman FROM rank_correlation").fetchall() == [(1, None)]
+
+
+def test_a_stacked_ideas_token_tier_runs_count_as_the_new_champions_baseline(
+    tmp_path: Path,
+) -> None:
+    """The ladder keeps them instead of running v2 again; the views show them as v2's."""
+    store = LedgerStore(tmp_path / "l.duckdb")
+    messages: list[Message] = []
+    for tier, kind in ((0, BudgetKind.TOKENS), (1, BudgetKind.SECONDS)):
+        for seed in (0, 1):
+            run_id = f"run-good-t{tier}-s{seed}"
+            spec = RunSpec(run_id, tier, seed, 1, kind, 100.0, idea_id="idea-good")
+            result = RunResult(
+                run_id, tier, seed, 1, RunStatus.OK, idea_id="idea-good", metric=2.0 + seed
+            )
+            messages += [spec, result]
+    messages.append(ChampionChange(2, 1, ChangeKind.STACK, "sha", idea_id="idea-good"))
+    store.write_batch(messages)
+    rows = store.con.execute(
+        "SELECT tier, champion_version, seed, carried FROM champion_runs ORDER BY ALL"
+    ).fetchall()
+    assert rows == [(0, 2, 0, True), (0, 2, 1, True)]  # the seconds tier is run again
+    board = store.con.execute(
+        "SELECT tier, mean_metric, n_runs FROM leaderboard "
+        "WHERE champion_version = 2 AND idea_id = '(champion)'"
+    ).fetchall()
+    assert board == [(0, 2.5, 2)]
+    store.close()
