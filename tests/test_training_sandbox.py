@@ -60,8 +60,17 @@ def test_a_run_may_keep_files_of_its_own(corpus: Corpus, tmp_path: Path, baselin
 
 def test_token_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
     result = run(corpus, tmp_path, budget=10_000)
-    batch = 16 * 16  # BATCH_SIZE x context of the tiny tier
-    assert 10_000 <= result.tokens < 10_000 + batch  # at most one batch over
+    context = 16  # of the tiny tier
+    assert 10_000 - context < result.tokens <= 10_000  # the last batch is cut to what is left
+
+
+def test_a_huge_batch_gets_only_its_budget(corpus: Corpus, tmp_path: Path) -> None:
+    """A search over BATCH_SIZE must not be rewarded for overshooting: the first batch of a
+    4096-row recipe is cut to the budget's 625 rows, and no second one is granted."""
+    patch = edit("BATCH_SIZE = 16 ", "BATCH_SIZE = 4096 ")
+    result = run(corpus, tmp_path, patch, budget=10_000)
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+    assert (result.steps, result.tokens) == (1, 10_000)
 
 
 def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:

@@ -154,7 +154,10 @@ class ExperimentSession:
                 raise Stop(RunStatus.CRASH, f"protocol violation: unknown request {kind!r}")
 
     def batch(self, batch: int, context: int) -> tuple[bytes, float]:
-        """The next batch, or b"" once the budget is spent; with the share of budget spent."""
+        """The next batch, or b"" once the budget is spent; with the share of budget spent.
+        Under a token budget a batch never takes the run past it: one that would is cut to the
+        rows the budget has left (and none is granted once a row no longer fits), so a recipe
+        with a huge batch trains on its budget's tokens, no more."""
         progress, spec = self.progress, self.spec
         now = time.monotonic()
         if progress.started is None:
@@ -165,7 +168,9 @@ class ExperimentSession:
             spent = progress.tokens / spec.budget
         else:
             spent = (now - progress.started) / spec.budget
-        if spent >= 1.0:
+        if spec.budget_kind == BudgetKind.TOKENS:
+            batch = min(batch, int((spec.budget - progress.tokens) // context))
+        if spent >= 1.0 or batch < 1:
             progress.ended = progress.ended or now
             return b"", 1.0
         train = self.corpus.train

@@ -43,7 +43,8 @@ class Context:
             if nbytes == 0:
                 return
             data = bytearray(p.read_exact(self._resp, nbytes))
-            rows = torch.frombuffer(data, dtype=torch.uint8).view(batch_size, context + 1)
+            # The runner may send fewer rows than asked: the last batch of a token budget.
+            rows = torch.frombuffer(data, dtype=torch.uint8).view(-1, context + 1)
             rows = rows.to(self.device).long()
             yield rows[:, :-1], rows[:, 1:]
 
