@@ -45,7 +45,7 @@ def _without_approval(path: Path) -> str:
 
 
 def run_swarm(
-    workspace: Path, agents: int, seconds: float, trainers: int, config: Path | None
+    workspace: Path, agents: int, seconds: float, trainers: int, config: Path | None, brain: str
 ) -> float:
     """Run the swarm for `seconds`; the wall time `swarm start` took, stop included."""
     command = [str(SWARM), "--workspace", str(workspace)]
@@ -56,6 +56,8 @@ def run_swarm(
         "synthetic",
         "--agents",
         str(agents),
+        "--brain",
+        brain,
         "--minutes",
         f"{seconds / 60:.4f}",
     ]
@@ -123,6 +125,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds left out at start")
     parser.add_argument("--trainers", type=int, default=0, help="0: one per core")
+    parser.add_argument(
+        "--brain",
+        default="heuristic",
+        help="researchers' brain; heuristic (the default here) keeps the figures comparable with "
+        "earlier sessions and measures the machinery, not a model's cost per proposal",
+    )
     parser.add_argument("--keep", type=Path, help="keep the workspace here")
     parser.add_argument(
         "--steady", action="store_true", help="hold top-tier winners: the champion never moves"
@@ -132,7 +140,7 @@ def main() -> None:
         workspace = args.keep or Path(tmp) / "ws"
         workspace.parent.mkdir(parents=True, exist_ok=True)
         config = steady_config(Path(tmp)) if args.steady else None
-        wall = run_swarm(workspace, args.agents, args.seconds, args.trainers, config)
+        wall = run_swarm(workspace, args.agents, args.seconds, args.trainers, config, args.brain)
         found = figures(workspace / "ledger.duckdb", args.warmup)
     print(
         f"capacity{' (steady champion)' if args.steady else ''}: {args.agents} agents, "

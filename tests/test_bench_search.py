@@ -4,6 +4,7 @@ them. Small budgets: these check behaviour, not which method wins."""
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -120,7 +121,6 @@ def _check_prunes(problem: Problem, peer: str, budget: float) -> None:
 
 @pytest.mark.parametrize("peer", ["optuna-tpe-hyperband", "optuna-tpe-sh"])
 def test_optuna_peers_prune_and_improve(peer: str) -> None:
-    pytest.importorskip("optuna")
     _check_prunes(SyntheticProblem(), peer, budget=300)
 
 
@@ -145,13 +145,15 @@ def test_lcdb_problem() -> None:
     assert recorder.incumbent() is not None
 
 
-def test_the_swarm_in_the_simulator_climbs_its_real_ladder() -> None:
-    """Real researchers and the real ladder: it spends within budget, stacks winners into new
-    champions and recommends a recipe better than the default."""
+@pytest.mark.parametrize(("brain", "screen"), [("tpe", 1), ("heuristic", 1), ("heuristic", 3)])
+def test_the_swarm_in_the_simulator_climbs_its_real_ladder(brain: str, screen: int) -> None:
+    """Real researchers (each offline brain, and the heuristic screened) and the real ladder:
+    it spends within budget, stacks winners into new champions and recommends a recipe better
+    than the default."""
     from bench.search.swarm_method import SwarmMethod
 
     problem = SyntheticProblem(0.9)
-    method = SwarmMethod(problem, 0)
+    method = SwarmMethod(problem, 0, brain=brain, screen=screen)
     try:
         trajectory = simulate(problem, method, 300.0, 4)
         champions = max(method.ladder.champions)
@@ -173,3 +175,27 @@ def test_ladder_savings_judges_the_ladder_against_the_truth() -> None:
     everything = at_top_tier(problem, ideas)
     assert 0 < ladder.compute < everything.compute  # the ladder stops losers early
     assert ladder.held >= 1 and ladder.false_passes == 0
+
+
+def test_the_comparison_runs_the_swarm_and_optuna_and_reports_regret(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The benchmark's own command, short: both finish and report a regret (never a ranking)."""
+    from bench.search.__main__ import main
+
+    methods = "swarm-tpe,optuna-tpe-hyperband"
+    main(["--seeds", "1", "--budget", "120", "--problems", "synthetic:0.9,mfh6:good",
+          "--methods", methods, "--plots", str(tmp_path)])  # fmt: skip
+    out = capsys.readouterr().out
+    for problem in ("synthetic(rho=0.9)", "mfh6(good)"):
+        assert problem in out
+    for method in methods.split(","):
+        rows = [
+            line
+            for line in out.splitlines()
+            if line.strip().startswith(method + " ") and " / best peer" not in line
+        ]
+        assert len(rows) == 2
+        assert all(float(row.split()[1]) >= 0 for row in rows)  # a final regret, each problem
+    assert "swarm-tpe / best peer" in out or "swarm-tpe's median regret" in out
+    assert len(list(tmp_path.glob("search-*.png"))) == 2

@@ -13,6 +13,7 @@ regret-vs-compute and regret-vs-wall-clock plots.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -24,7 +25,14 @@ from bench.search.problems import LCDB_DATASETS, fidelity_correlation, lcdb_avai
 from bench.search.sim import Method, Problem, Trajectory, simulate
 from bench.search.swarm_method import SwarmMethod
 
-METHODS: dict[str, Callable[[Problem, int], Method]] = {"swarm": SwarmMethod, **PEERS}
+SWARMS: dict[str, Callable[[Problem, int], Method]] = {
+    f"swarm-{brain}": functools.partial(SwarmMethod, name=f"swarm-{brain}", brain=brain)
+    for brain in ("tpe", "gp", "heuristic")
+}
+SWARMS["swarm-heuristic-screened"] = functools.partial(
+    SwarmMethod, name="swarm-heuristic-screened", brain="heuristic", screen=4
+)
+METHODS: dict[str, Callable[[Problem, int], Method]] = {**SWARMS, **PEERS}
 
 
 def run_one(problem: Problem, name: str, seed: int, budget: float, workers: int) -> Trajectory:
@@ -47,7 +55,7 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 def report(problem: Problem, runs: dict[str, list[Trajectory]], budget: float) -> list[str]:
     rows = [
         f"\n{problem.name}: rank correlation rung 0 vs top {fidelity_correlation(problem):.2f}, "
-        f"default's regret {runs['swarm'][0].points[0].regret:.4f}",
+        f"default's regret {next(iter(runs.values()))[0].points[0].regret:.4f}",
         f"  {'method':22s} {'final regret: median [q1, q3]':>34s} {'@25%':>8s} {'@50%':>8s} "
         f"{'jobs':>6s} {'s/run':>6s}",
     ]
@@ -63,16 +71,18 @@ def report(problem: Problem, runs: dict[str, list[Trajectory]], budget: float) -
             f"  {name:22s} {q2:12.4f} [{q1:.4f}, {q3:.4f}]   {quarter:8.4f} {half:8.4f} "
             f"{jobs:6.0f} {seconds:6.2f}"
         )
-    peers = {k: v for k, v in finals.items() if k != "swarm"}
-    if peers:
-        best = min(peers, key=lambda k: peers[k])
+    peers = {k: v for k, v in finals.items() if k not in SWARMS}
+    if not peers:
+        return rows
+    best = min(peers, key=lambda k: peers[k])
+    for swarm in (k for k in finals if k in SWARMS):
         if peers[best] > 0:
-            ratio = finals["swarm"] / peers[best]
-            rows.append(f"  swarm / best peer ({best}): {ratio:.2f}x the final regret")
+            ratio = finals[swarm] / peers[best]
+            rows.append(f"  {swarm} / best peer ({best}): {ratio:.2f}x the final regret")
         else:
             rows.append(
-                f"  best peer ({best}) reached the optimum; the swarm's median regret: "
-                f"{finals['swarm']:.4f}"
+                f"  best peer ({best}) reached the optimum; {swarm}'s median regret: "
+                f"{finals[swarm]:.4f}"
             )
     return rows
 
@@ -119,7 +129,7 @@ def _slug(name: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_problems = ["synthetic:0.9", "synthetic:0.3"]
+    default_problems = ["synthetic:0.9", "synthetic:0.3", "mfh6:good", "mfh6:moderate", "mfh6:bad"]
     if lcdb_available():
         default_problems += [f"lcdb:{d}" for d in LCDB_DATASETS]
     parser.add_argument("--problems", default=",".join(default_problems))

@@ -1,18 +1,21 @@
 """Search efficiency on the real bytelm target: each method gets the same wall-clock budget on
 this machine (two experiments at a time, real torch runs at the shipped ladder's tiers).
 
-    python -m bench.search.bytelm --minutes 15 --out /tmp/bytelm-bench
+    python -m bench.search.bytelm --minutes 15 --repeats 2 --out /tmp/bytelm-bench
 
-- swarm: `swarm start --agents 4 --minutes M` (heuristic researchers, the real ladder, trainers);
+- swarm-<brain>: `swarm start --agents 4 --brain <brain> --minutes M` (tpe: the default; or
+  heuristic), with the real ladder and trainers;
 - optuna-tpe-hyperband, ray-asha, random: their real libraries choose the experiments (as in
   bench/search/peers.py), which run through the same sandboxed runner the trainers use, rung k
   = tier k. The harness cannot resume a run, so a trial continued to the next rung trains again
   from scratch at that tier's budget.
 
-The search space is the recipe's numeric constants (bounds below); the swarm's heuristic moves
-those and also the flags, tuples and HEAD_DIM. The true optimum is unknown, so each method's
-recommendation (the champion; the best trial that reached the top tier) is re-run at the top
-tier on fresh seeds, and so is the default recipe: lower val_bpb is better.
+The peers search the recipe's numeric constants (bounds below, the recipe's own declarations
+where it has them); the swarm's brains search the recipe's whole declared space (flags, tuples
+and HEAD_DIM too). The true optimum is unknown, so each method's recommendation (the champion's
+recipe; the best trial that reached the top tier) is re-run at the top tier on fresh seeds no
+tier uses, and so is the default recipe: lower val_bpb is better. Each repeat gives every method
+another seed (its sampler's, or the swarm's `agents.seed`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import duckdb
 
-from agents.recipe_constants import with_values
+from agents.recipe_constants import changes_between, with_values
 from bench.search.peers import PEERS
 from bench.search.sim import Config, Job, Method, Param
 from bench.search.swarm_method import config_of, ladder_tiers
@@ -47,8 +50,8 @@ PARAMS = (
     Param("INIT_STD", 0.005, 0.08),
 )
 FAILED = 10.0  # the loss a crashed or timed-out run reports to a peer (val_bpb is ~3)
-FRESH_SEEDS = (1000, 1001)
-PEER_NAMES = ("optuna-tpe-hyperband", "ray-asha", "random")
+FRESH_SEEDS = (9000, 9001)  # tiers run seeds 0.., 1000.., 2000..
+METHODS = ("swarm-tpe", "optuna-tpe-hyperband", "ray-asha", "random")
 
 
 class BytelmProblem:
@@ -65,10 +68,15 @@ class BytelmProblem:
         self.default: Config = config_of(PARAMS, RECIPE.read_text())
 
     def evaluate(self, config: Config, rung: int, seed: int) -> float:
+        return self.evaluate_source(self.source(config), rung, seed)
+
+    def source(self, config: Config) -> str:
         values = {
             p.name: int(config[p.name]) if p.integer else float(config[p.name]) for p in PARAMS
         }
-        source = with_values(RECIPE.read_text(), values)
+        return with_values(RECIPE.read_text(), values)
+
+    def evaluate_source(self, source: str, rung: int, seed: int) -> float:
         tier = self.tiers[rung]
         spec = tier.run_spec(new_id("run"), seed)
         limits = RunLimits(time_limit_s=tier.time_limit_s, eval_tokens=tier.eval_tokens)
@@ -107,11 +115,17 @@ def run_peer(
     return {f"runs at tier {k}": n for k, n in enumerate(per_rung)}
 
 
-def run_swarm(workspace: Path, minutes: float) -> tuple[Config, dict[str, float]]:
+def run_swarm(
+    workspace: Path, brain: str, seed: int, minutes: float
+) -> tuple[str, dict[str, float]]:
+    """The champion's recipe after `minutes` of a real swarm, and its runs per tier."""
     swarm = Path(sys.executable).parent / "swarm"
-    command = [str(swarm), "--workspace", str(workspace), "start", "--agents", "4"]
-    with open(workspace.parent / "swarm.log", "w") as out:
-        subprocess.check_call([*command, "--minutes", f"{minutes:g}"], stdout=out, stderr=out)
+    config = workspace.parent / f"{workspace.name}.toml"  # the shipped defaults but the seed
+    config.write_text(f"[agents]\nseed = {seed}\n")
+    command = [str(swarm), "--config", str(config), "--workspace", str(workspace), "start"]
+    command += ["--agents", "4", "--brain", brain, "--minutes", f"{minutes:g}"]
+    with open(workspace.parent / f"{workspace.name}.log", "w") as out:
+        subprocess.check_call(command, stdout=out, stderr=out)
     con = duckdb.connect(str(workspace / "ledger.duckdb"), read_only=True)
     try:
         source = con.execute(
@@ -121,42 +135,52 @@ def run_swarm(workspace: Path, minutes: float) -> tuple[Config, dict[str, float]
     finally:
         con.close()
     assert source is not None
-    return config_of(PARAMS, source[0]), {f"runs at tier {t}": n for t, n in tiers}
+    return source[0], {f"runs at tier {t}": n for t, n in tiers}
 
 
-def fresh_score(problem: BytelmProblem, config: Config) -> float:
+def fresh_score(problem: BytelmProblem, source: str) -> float:
     top = len(problem.rung_costs) - 1
     with ThreadPoolExecutor(len(FRESH_SEEDS)) as pool:
-        losses = list(pool.map(lambda s: problem.evaluate(config, top, s), FRESH_SEEDS))
+        losses = list(pool.map(lambda s: problem.evaluate_source(source, top, s), FRESH_SEEDS))
     return statistics.mean(losses)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=15.0, help="per method")
-    parser.add_argument("--methods", default=",".join(("swarm", *PEER_NAMES)))
+    parser.add_argument("--repeats", type=int, default=1, help="each with other seeds")
+    parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out", type=Path, required=True, help="a folder for workspaces")
     args = parser.parse_args()
     problem = BytelmProblem(args.out / "scratch")
-    picks: dict[str, tuple[Config, dict[str, float]]] = {}
-    for name in args.methods.split(","):
-        started = time.monotonic()
-        if name == "swarm":
-            picks[name] = run_swarm(args.out / "swarm-ws", args.minutes)
-        else:
-            method = PEERS[name](problem, 0)
-            counts = run_peer(problem, method, args.minutes, 2)
-            picks[name] = (method.incumbent() or problem.default, counts)
-        print(f"{name}: {time.monotonic() - started:.0f} s, {picks[name][1]}", flush=True)
-    default = fresh_score(problem, problem.default)
+    default_source = RECIPE.read_text()
+    default = fresh_score(problem, default_source)
     print(
-        f"\nbytelm, {args.minutes:g} min per method, 2 experiments at a time; val_bpb at the top "
-        f"tier on fresh seeds {FRESH_SEEDS} (lower is better); default recipe: {default:.4f}"
+        f"bytelm, {args.minutes:g} min per method, 2 experiments at a time; val_bpb at the top "
+        f"tier on fresh seeds {FRESH_SEEDS} (lower is better); default recipe: {default:.4f}",
+        flush=True,
     )
-    for name, (config, counts) in picks.items():
-        score = fresh_score(problem, config)
-        changed = {k: v for k, v in config.items() if v != problem.default[k]}
-        print(f"  {name:22s} {score:.4f} ({score - default:+.4f}) {counts} changed: {changed}")
+    for repeat in range(args.repeats):
+        for name in args.methods.split(","):
+            started = time.monotonic()
+            if name.startswith("swarm-"):
+                workspace = args.out / f"{name}-r{repeat}"
+                source, counts = run_swarm(
+                    workspace, name.removeprefix("swarm-"), repeat, args.minutes
+                )
+            else:
+                method = PEERS[name](problem, repeat)
+                counts = run_peer(problem, method, args.minutes, 2)
+                source = problem.source(method.incumbent() or problem.default)
+            took = time.monotonic() - started
+            score = fresh_score(problem, source)
+            changed = [c for c in changes_between(default_source, source)]
+            moved = ", ".join(f"{c.name} {c.old}->{c.new}" for c in changed) or "nothing"
+            print(
+                f"  repeat {repeat} {name:22s} {score:.4f} ({score - default:+.4f}) "
+                f"in {took:.0f} s, {counts}; changed: {moved}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ The libraries are optional: each peer imports its own in its constructor.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 import warnings
@@ -205,9 +206,17 @@ class RayAsha(_TopIncumbent):
             self._survivors.append((trial, job.config, job.rung + 1))
 
 
+def _smac_multi_fidelity(problem: Problem, seed: int) -> Method:
+    from bench.search.smac_peer import SmacMultiFidelity  # it builds on this module
+
+    return SmacMultiFidelity(problem, seed)
+
+
 PEERS: dict[str, Callable[[Problem, int], Method]] = {
     "random": RandomSearch,
     "optuna-tpe-hyperband": lambda problem, seed: OptunaTpe(problem, seed, "hyperband"),
     "optuna-tpe-sh": lambda problem, seed: OptunaTpe(problem, seed, "sh"),
     "ray-asha": RayAsha,
 }
+if importlib.util.find_spec("smac") is not None:  # optional: not every install has the bench extra
+    PEERS["smac-mf"] = _smac_multi_fidelity

@@ -1,7 +1,7 @@
 """Benchmark problems for the search methods of sim.py: a synthetic multi-fidelity recipe with a
-known optimum, and real learning curves from LCDB (Mohr et al., 2022).
+known optimum, real learning curves from LCDB (Mohr et al., 2022), and MF-Hartmann (hartmann.py).
 
-Both give every evaluation a fixed seed, so a paired comparison on the same seed cancels the
+All give every evaluation a fixed seed, so a paired comparison on the same seed cancels the
 seed's share of the noise, as it does in real training.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.search.hartmann import PRESETS, HartmannProblem
 from bench.search.sim import Config, Param, Problem
 
 # The synthetic recipe: six constants, as the recipe file names them.
@@ -226,12 +227,15 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def fidelity_correlation(
-    problem: SyntheticProblem | LcdbProblem, rung: int = 0, n: int = 500, seed: int = 0
+    problem: SyntheticProblem | HartmannProblem | LcdbProblem,
+    rung: int = 0,
+    n: int = 500,
+    seed: int = 0,
 ) -> float:
     """Spearman correlation of noise-free losses at `rung` and at the top rung: over n random
-    configs (synthetic), or over all learners (LCDB)."""
+    configs (synthetic, MF-Hartmann), or over all learners (LCDB)."""
     top = len(problem.rung_costs) - 1
-    if isinstance(problem, SyntheticProblem):
+    if isinstance(problem, SyntheticProblem | HartmannProblem):
         u = np.random.default_rng(seed).random((n, len(problem.params)))
         low, high = problem.loss_u(u, rung), problem.loss_u(u, top)
     else:
@@ -241,13 +245,26 @@ def fidelity_correlation(
     return float(np.corrcoef(_ranks(low), _ranks(high))[0, 1])
 
 
+_SPECS = (
+    "synthetic[:<correlation>[:<noise>]], "
+    f"mfh3:<preset> or mfh6:<preset> (preset: {'|'.join(PRESETS)}), lcdb:<openml id>"
+)
+
+
 def make_problem(spec: str) -> Problem:
     """ "synthetic", "synthetic:<correlation>", "synthetic:<correlation>:<noise>" (a multiple
-    of the default seed noise) or "lcdb:<openmlid>"."""
+    of the default seed noise), "mfh3:<preset>", "mfh6:<preset>" or "lcdb:<openmlid>"."""
     kind, _, arg = spec.partition(":")
-    if kind == "synthetic":
-        correlation, _, noise = arg.partition(":")
-        return SyntheticProblem(float(correlation or 0.7), float(noise or 1.0))
-    if kind == "lcdb" and arg:
-        return LcdbProblem(int(arg))
-    raise ValueError(f"unknown problem spec {spec!r}: synthetic[:rho[:noise]] or lcdb:<openmlid>")
+    try:
+        if kind == "synthetic":
+            correlation, _, noise = arg.partition(":")
+            return SyntheticProblem(float(correlation or 0.7), float(noise or 1.0))
+        if kind in ("mfh3", "mfh6") and arg in PRESETS:
+            return HartmannProblem(int(kind[3]), arg)
+        if kind == "lcdb" and arg.isdigit():
+            if not lcdb_available():
+                raise ValueError("lcdb is not installed (the bench extra)")
+            return LcdbProblem(int(arg))
+    except ValueError as error:  # a bad number, or an id LCDB lacks: say which spec
+        raise ValueError(f"problem spec {spec!r}: {error}") from error
+    raise ValueError(f"unknown problem spec {spec!r}; accepted: {_SPECS}")

@@ -28,6 +28,7 @@ from bus.messages import Decision, Idea, RunSpec, RunStatus, Verdict
 from scale_ladder.ladder import Ladder
 from training.patching import make_patch
 
+WORKERS = 4
 SETTINGS: dict[str, Mapping[str, float]] = {
     "shipped (2σ, top half at t0)": {},
     "1σ": {"sigmas": 1.0},
@@ -80,14 +81,18 @@ def through_ladder(problem: Problem, ideas: Sequence[Config], rule: Mapping[str,
                     gains[message.idea_id] = message.delta
 
     feed(list(ladder.act()))
-    for i, config in enumerate(ideas):
-        idea_id = f"idea-{i}"
-        by_id[idea_id] = config
-        patch = make_patch(base, recipe(problem, config), EDITABLE)
-        ladder.observe(Idea(idea_id, "bench", f"idea {i}", patch, 1))
-        feed(list(ladder.act()))
+    waiting = deque(enumerate(ideas))
     compute = 0.0
-    while queue:
+    while queue or waiting:
+        # Ideas arrive as a swarm makes them, while trainers are busy: one more whenever fewer
+        # than WORKERS experiments are queued (all at once, none could start on one seed).
+        while waiting and len(queue) < WORKERS:
+            i, config = waiting.popleft()
+            idea_id = f"idea-{i}"
+            by_id[idea_id] = config
+            patch = make_patch(base, recipe(problem, config), EDITABLE)
+            ladder.observe(Idea(idea_id, "bench", f"idea {i}", patch, 1))
+            feed(list(ladder.act()))
         spec = queue.popleft()
         loss = problem.evaluate(spec_config(ladder, problem.params, spec), spec.tier, spec.seed)
         compute += problem.rung_costs[spec.tier]

@@ -1,15 +1,16 @@
-"""The swarm's own search in the simulator: heuristic researchers and the real ladder.
+"""The swarm's own search in the simulator: researchers with a real brain, and the real ladder.
 
-Nothing here re-implements the swarm. `Researcher` (with the offline heuristic brain) proposes
-ideas as patches to a recipe whose constants are the problem's parameters; `Ladder` admits them,
+Nothing here re-implements the swarm. `Researcher` (with one of the offline brains: the
+model-based one on Optuna, as `swarm start` builds it, or the heuristic personas) proposes
+ideas as patches to a recipe whose constants are the problem's parameters, each declaring the
+problem's box or choices (`# search: …`, as a user would declare them); `Ladder` admits them,
 asks for paired seeds, decides PROMOTE / RETEST / REJECT per tier and stacks winners into new
 champion versions, with the promotion rules of `configs/ladder.toml`. Only the bus is gone:
 every message one part makes is shown to the others at once, and a RunSpec becomes a simulated
 job whose loss the problem gives. As the real trainers do, a free worker takes the highest tier
 first, and a job made for a champion that has since changed is skipped without running.
 
-What it recommends is the current champion. A categorical parameter is written as a 1-based
-index into its choices: the heuristic steps numbers, and has no categorical move.
+What it recommends is the current champion.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from agents.brain import OfflineBrain
-from agents.heuristic_brain import HeuristicBrain, Persona
-from agents.recipe_constants import constants
+from agents.brain import Persona
+from agents.heuristic_brain import HeuristicBrain, OfflineBrain
+from agents.history import History, SharedHistory
+from agents.model_brain import ModelBrain, ModelSearch, Sampler
+from agents.recipe_constants import constants, format_value
 from agents.researcher import Researcher
+from agents.screening import Screen
 from bench.search.sim import Config, Job, Param, Problem, Value
 from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
 from scale_ladder.admission import patched_source
@@ -37,15 +41,21 @@ EDITABLE = "recipe.py"
 
 
 def recipe(problem: Problem, config: Config) -> str:
-    """The problem's configuration as a recipe file of constants."""
+    """The problem's configuration as a recipe file of constants, each declaring its range."""
     lines = []
     for param in problem.params:
         value = config[param.name]
         if param.choices:
-            value = param.choices.index(str(value)) + 1
-        elif not param.integer:
-            value = float(value)
-        lines.append(f"{param.name} = {value!r}")
+            declared = " | ".join(param.choices)
+            lines.append(f"{param.name} = {format_value(str(value))}  # search: {declared}")
+            continue
+        scale = "log" if param.log else "linear"
+        if param.integer:
+            low, high = int(param.low), int(param.high)
+            lines.append(f"{param.name} = {int(value)}  # search: {low}..{high} {scale}")
+        else:
+            value, low, high = float(value), float(param.low), float(param.high)
+            lines.append(f"{param.name} = {value!r}  # search: {low!r}..{high!r} {scale}")
     return "\n".join(lines) + "\n"
 
 
@@ -54,11 +64,8 @@ def config_of(params: Sequence[Param], source: str) -> dict[str, Value]:
     config: dict[str, Value] = {}
     for param in params:
         value = found[param.name].value
-        assert not isinstance(value, tuple | bool), f"{param.name} is not a number: {value!r}"
-        if param.choices:  # an index stepped out of range counts as the nearest end
-            config[param.name] = param.choices[min(max(int(value), 1), len(param.choices)) - 1]
-        else:
-            config[param.name] = value
+        assert not isinstance(value, tuple | bool), f"{param.name} is not a scalar: {value!r}"
+        config[param.name] = value
     return config
 
 
@@ -104,6 +111,8 @@ class SwarmMethod:
         max_in_flight: int = 2,
         tiers: Sequence[Tier] | None = None,
         name: str = "swarm",
+        brain: str = "tpe",
+        screen: int = 1,  # candidates a heuristic researcher draws per idea (1: no screening)
     ) -> None:
         self.name = name
         self.problem = problem
@@ -116,18 +125,26 @@ class SwarmMethod:
         source = recipe(problem, problem.default)
         self.ladder = Ladder(tiers, EDITABLE, source)
         personas = itertools.cycle(Persona)
+        shared = ModelSearch(Sampler(brain), seed) if brain != "heuristic" else None
+        history = History(EDITABLE, "bytelm")  # one per host, as `swarm start` builds it
+        screening = Screen(screen, seed) if screen > 1 and shared is None else None
         self.researchers = [
             Researcher(
                 f"agent-{i}",
-                OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i)),
+                ModelBrain(shared)
+                if shared is not None
+                else OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i)),
                 EDITABLE,
                 "bytelm",
                 max_in_flight,
                 len(tiers) - 1,
                 cooldown_s=0.0,
+                history=history,
+                screen=screening,
             )
             for i in range(agents)
         ]
+        self.shared = SharedHistory(history, self.researchers)
         self.queue: list[deque[RunSpec]] = [deque() for _ in tiers]
         self.turn = 0  # researchers are asked in turn
         self.loop = asyncio.new_event_loop()
@@ -193,8 +210,7 @@ class SwarmMethod:
         pending = deque(messages)
         while pending:
             message = pending.popleft()
-            for researcher in self.researchers:
-                researcher.observe(message)
+            self.shared.fold(message)
             if isinstance(message, Idea | RunResult):
                 self.ladder.observe(message)
                 pending.extend(self.ladder.act())
