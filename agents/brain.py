@@ -37,6 +37,9 @@ class Gain:
     version: int  # the champion it was compared with (after rebases)
     tier: int
     delta: float  # positive: better than that champion
+    # the champion's metric on the first seed both ran (every idea runs a tier's first seed),
+    # from the verdict's numbers: a common reference for ideas on different champions
+    baseline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +100,8 @@ class Desk:
     failures: tuple[Failure, ...]  # recent failed runs, newest last
     notes: tuple[str, ...]  # the researcher's own recent attempts and what became of them
     tried: frozenset[str]  # fingerprints of recipes already tried on this champion
-    # version -> tier -> the champion's estimated gain over the first champion at that tier
-    # (the lineage's stacked gains summed): puts findings on different champions on one scale
-    levels: Mapping[int, Mapping[int, float]] = field(default_factory=dict)
-    sources: Mapping[int, str] = field(
-        default_factory=dict
-    )  # every champion version's recipe (findings' bases)
+    sources: Mapping[int, str] = field(default_factory=dict)  # each champion version's recipe
+    lower_is_better: bool = True  # the target's metric
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,13 @@
 """What a finding says about a point of the search space, read the same way by every surrogate.
 
 An idea's point is the constants of the champion it was compared with, with its own changes
-applied. Its value at a tier is its estimated improvement over the first champion there: the
-level of that champion (Desk.levels: the gains of the ideas stacked into it) plus the idea's
-mean paired gain over it, negated so that lower is better (as Optuna minimises). Putting every
-champion's findings on one scale is what lets a late champion's near-misses rank above an early
-champion's wins.
+applied. Its value at a tier is the champion's metric on the tier's first seed (every idea runs
+it, so it is one reference for ideas on every champion, like the peers' common seed) minus the
+idea's mean paired gain over the champion: the idea's level, estimated from all its paired
+seeds, oriented so that lower is better (as Optuna minimises). Putting every champion's findings
+on one scale is what lets a late champion's near-misses rank above an early champion's wins.
+(Summing the stacked ideas' gains along the lineage instead, an estimate that winners' luck
+inflates, did as well or worse in bench.search.)
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def tier_values(finding: Finding, desk: Desk) -> dict[int, tuple[int, float]]:
     or REJECT with a gain); the latest champion's where it was decided on several."""
     by_tier: dict[int, tuple[int, float]] = {}
     for gain in sorted(finding.gains, key=lambda g: g.version):
-        level = desk.levels.get(gain.version, {}).get(gain.tier, 0.0)
-        by_tier[gain.tier] = (gain.version, -(level + gain.delta))
+        if gain.baseline is None:
+            continue  # a verdict without its numbers (an older ledger's): no common reference
+        reference = gain.baseline if desk.lower_is_better else -gain.baseline
+        by_tier[gain.tier] = (gain.version, reference - gain.delta)
     return by_tier

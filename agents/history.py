@@ -12,6 +12,7 @@ everyone only for a champion change (rare). A researcher keeps only its own stat
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -52,16 +53,15 @@ class History:
     waits for it. An idea proposed on this host enters when it is proposed (its author folds
     it), so the host's other researchers know it before the bus brings it back."""
 
-    def __init__(self, editable: str, target: str) -> None:
+    def __init__(self, editable: str, target: str, lower_is_better: bool = True) -> None:
         self.editable = editable
         self.target = target
+        self.lower_is_better = lower_is_better
         self.sources: dict[int, str] = {}  # champion version -> recipe
         self._findings: dict[str, Finding] = {}  # idea id -> finding, in the order first seen
         self.tried: dict[int, set[str]] = defaultdict(set)  # version -> fingerprints
         self.pending: dict[str, list[Decision]] = defaultdict(list)  # decisions before ideas
         self.failures: deque[Failure] = deque(maxlen=FAILURES_KEPT)
-        # version -> tier -> estimated gain of that champion over the first one (see Desk.levels)
-        self.levels: dict[int, dict[int, float]] = {}
         # Snapshots for brains, rebuilt only after a change: a burst of proposals between two
         # events shares one instead of copying every finding per proposal.
         self._findings_snapshot: tuple[Finding, ...] | None = None
@@ -117,21 +117,7 @@ class History:
         finding = self._findings.get(change.idea_id)
         if change.kind is ChangeKind.STACK and finding is not None:
             self._set(replace(finding, stacked_into=change.version))
-        self.levels[change.version] = self._level_of(change, finding)
         return [Notice(EVERYONE, change, new_champion=new)]
-
-    def _level_of(self, change: ChampionChange, stacked: Finding | None) -> dict[int, float]:
-        """The new champion's gain over the first, per tier: its parent's plus what the stacked
-        idea gained on the parent there; a revert takes the level of the recipe it restores."""
-        if change.kind is ChangeKind.REVERT:
-            same = [v for v, s in self.sources.items() if s == change.source and v < change.version]
-            return dict(self.levels.get(min(same), {})) if same else {}
-        level = dict(self.levels.get(change.parent_version, {}))
-        if change.kind is ChangeKind.STACK and stacked is not None:
-            for gain in stacked.gains:
-                if gain.version == change.parent_version:
-                    level[gain.tier] = level.get(gain.tier, 0.0) + gain.delta
-        return level
 
     def _on_idea(self, idea: Idea) -> list[Notice]:
         if idea.idea_id in self._findings or idea.target != self.target:
@@ -175,7 +161,8 @@ class History:
             )
         final = decision.verdict in (Verdict.PROMOTE, Verdict.REJECT)
         if final and decision.delta is not None and decision.decided_by == "ladder":
-            gain = Gain(decision.champion_version, decision.tier, decision.delta)
+            baseline = _first_baseline(decision.details)
+            gain = Gain(decision.champion_version, decision.tier, decision.delta, baseline)
             kept = [g for g in finding.gains if (g.version, g.tier) != (gain.version, gain.tier)]
             finding = replace(finding, gains=(*kept, gain))
         self._set(finding)
@@ -254,3 +241,15 @@ def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...
         )
     except (PatchRefused, SyntaxError, ValueError):  # the ladder refuses it; nothing to learn
         return (), fingerprint(base), False
+
+
+def _first_baseline(details: str) -> float | None:
+    """The champion's metric on the lowest paired seed of a verdict (its `details` JSON)."""
+    try:
+        numbers = json.loads(details)
+        seeds, baseline = numbers["seeds"], numbers["baseline"]
+        first = min(range(len(seeds)), key=lambda i: seeds[i])
+        value = baseline[first]
+    except (ValueError, KeyError, TypeError, IndexError):  # a person's verdict, or no pairs
+        return None
+    return float(value) if isinstance(value, int | float) else None

@@ -3,9 +3,8 @@
 Every finding the swarm made becomes evidence for one surrogate model per agents host (shared
 by the host's model brains, so the whole swarm's evidence trains it and a researcher that joins
 late starts informed). An idea out of play is a finished trial whose params are its constants;
-its value at a tier is its estimated improvement over the first champion there (the level of the
-champion it was compared with, Desk.levels, plus its mean paired gain over it), negated for
-Optuna's minimisation; how the tiers combine is `_add_finished`'s. An idea still in play is a
+its value at a tier is its level there on a reference common to every champion
+(agents/finding_values.py); how the tiers combine is `_add_finished`'s. An idea still in play is a
 running trial, so the sampler's constant liar steers parallel proposals apart; a crash counts as
 the worst value seen (Optuna's FAIL state would teach the model nothing); a refused or stale idea
 teaches nothing. Ideas that edit code beyond constants are left out: their params would not
@@ -160,11 +159,11 @@ class ModelSearch:
         said = [describe(c, comments[c.name].comment) for c in changes[:3]]
         more = f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
         decided = sum(1 for t in self._tracked.values() if t.finished)
-        best = -(self._low if self._low is not None else 0.0)
+        best = "none yet" if self._low is None else f"{self._low:.4g}"
         why = (
             f"{self.sampler.value.upper()} over {len(self.space.dimensions) if self.space else 0} "
             f"dimensions, fitted to {decided} decided ideas of {len(desk.findings)} findings "
-            f"({self.trials} trials); best improvement over v1 so far {best:.4g}"
+            f"({self.trials} trials); best value so far {best}"
         )
         lead = "; ".join(said) + more
         return Proposal(

@@ -233,8 +233,8 @@ class Researcher:
             tuple(history.failures),
             tuple(self.notes),
             history.tried_snapshot(version),
-            history.levels,
             history.sources,
+            history.lower_is_better,
         )
 
     def _no_idea(self, attempt: Attempt, trace_id: str, version: int) -> Step | None:

@@ -4,6 +4,7 @@ warm-started from every finding the swarm made."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import statistics
 from pathlib import Path
@@ -29,6 +30,7 @@ RECIPE = (
     "\ndef train():\n    return LR * WD\n"
 )
 TARGET_LR = 2e-2  # where the findings below say the best LR is
+BASELINE = 3.0  # the champion's metric on each tier's first seed
 
 
 def desk(
@@ -44,7 +46,6 @@ def desk(
         failures=(),
         notes=(),
         tried=tried | {fingerprint(source)},
-        levels={1: {}},
         sources={1: source},
     )
 
@@ -73,7 +74,7 @@ def lr_findings(n: int = 40) -> tuple[Finding, ...]:
                 2,
                 "PROMOTE" if gain > 0 else "REJECT",
                 gain,
-                gains=(Gain(1, 0, gain), Gain(1, 1, gain), Gain(1, 2, gain)),
+                gains=tuple(Gain(1, tier, gain, BASELINE) for tier in (0, 1, 2)),
             )
         )
     return tuple(findings)
@@ -135,22 +136,22 @@ def test_what_each_finding_becomes_in_the_study() -> None:
     top = lr_findings(3)[2]  # decided at the top tier: complete
     pruned = Finding(
         "idea-p", "a", 1, (Change("WD", "0.1", "0.2"),), "h", 0, "REJECT", -0.01,
-        gains=(Gain(1, 0, -0.01),),
+        gains=(Gain(1, 0, -0.01, BASELINE),),
     )  # fmt: skip
     crashed = Finding(
         "idea-c", "a", 1, (Change("WD", "0.1", "0.9"),), "h", 0, "REJECT", None, failed=True
     )
     refused = Finding("idea-r", "a", 1, (Change("WD", "0.1", "0.3"),), "h", 0, "REFUSED", None)
     in_play = Finding("idea-i", "a", 1, (Change("WD", "0.1", "0.4"),), "h", 0, "PROMOTE", 0.02)
-    code = Finding("idea-k", "a", 1, (), "h", 2, "REJECT", -0.1, gains=(Gain(1, 2, -0.1),),
-                   code_changed=True)  # fmt: skip
+    code = Finding("idea-k", "a", 1, (), "h", 2, "REJECT", -0.1,
+                   gains=(Gain(1, 2, -0.1, BASELINE),), code_changed=True)  # fmt: skip
     search = ModelSearch(Sampler.TPE, seed=0)
     propose(search, desk(RECIPE, (top, pruned, crashed, refused, in_play, code)))
     trials = {t.state: [] for t in search._study.get_trials(deepcopy=False)}
     for t in search._study.get_trials(deepcopy=False):
         trials[t.state].append(t)
     (complete,) = trials[TrialState.COMPLETE]
-    assert complete.value == pytest.approx(-top.delta)  # type: ignore[operator]
+    assert complete.value == pytest.approx(BASELINE - top.delta)  # type: ignore[operator]
     assert sorted(complete.intermediate_values) == [0, 1]  # the lower tiers' values
     pruned_trials = trials[TrialState.PRUNED]
     assert len(pruned_trials) == 2  # the tier-0 reject, and the crash at the worst value seen
@@ -164,24 +165,31 @@ def test_what_each_finding_becomes_in_the_study() -> None:
     assert not any(t.params.get("WD") == pytest.approx(0.3) for t in search._study.trials)
 
 
-def test_levels_put_findings_on_different_champions_on_one_scale() -> None:
-    """A stacked idea raises the next champion's level by its gain at each tier; an idea on
-    the new champion is valued at that level plus its own gain."""
+def test_a_verdicts_numbers_give_every_finding_one_reference() -> None:
+    """A finding's gain keeps the champion's metric on the tier's first paired seed (every idea
+    runs it), read from the verdict's numbers; a person's verdict has none and teaches no
+    level. A stacked idea knows the version it became."""
     history = History("recipe.py", "bytelm")
     history.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "a", source=RECIPE))
     history.observe(Idea("idea-1", "a", "h", _patch(RECIPE, "LR = 1e-3", "LR = 2e-3"), 1))
-    for tier, delta in ((0, 0.05), (1, 0.04), (2, 0.03)):
+    for tier in (0, 1):
+        seeds = [tier * 1000 + 1, tier * 1000]  # in any order: the lowest is the first
+        numbers = json.dumps({"seeds": seeds, "idea": [2.8, 2.7], "baseline": [2.9, 2.95]})
         history.observe(
-            Decision(f"d{tier}", "idea-1", tier, Verdict.PROMOTE, 1, "r", delta=delta, n=2)
-        )
+            Decision(f"d{tier}", "idea-1", tier, Verdict.PROMOTE, 1, "r", delta=0.2, n=2,
+                     details=numbers)
+        )  # fmt: skip
+    history.observe(
+        Decision("d-person", "idea-1", 1, Verdict.PROMOTE, 1, "approved", decided_by="alice")
+    )
     stacked = RECIPE.replace("LR = 1e-3", "LR = 2e-3")
     history.observe(ChampionChange(2, 1, ChangeKind.STACK, "b", idea_id="idea-1", source=stacked))
-    assert history.levels[2] == {0: 0.05, 1: 0.04, 2: 0.03}
     finding = history.findings["idea-1"]
-    assert finding.stacked_into == 2 and [g.tier for g in finding.gains] == [0, 1, 2]
-    revert = ChampionChange(3, 2, ChangeKind.REVERT, "a", source=RECIPE)
-    history.observe(revert)
-    assert history.levels[3] == {}  # back to the first champion's level
+    assert finding.stacked_into == 2
+    assert [(g.tier, g.delta, g.baseline) for g in finding.gains] == [
+        (0, 0.2, 2.95),
+        (1, 0.2, 2.95),
+    ]
 
 
 def test_a_patch_that_edits_code_is_marked() -> None:

@@ -27,15 +27,14 @@ def finding(i: int, lr: float, tier: int = 2) -> Finding:
     gain = 0.2 - 0.1 * math.log10(lr / BEST_LR) ** 2
     change = Change("LR", "1e-3", format_value(lr))
     verdict = "PROMOTE" if tier == 2 else ""
-    gains = (Gain(1, tier, gain),) if verdict else ()
+    gains = (Gain(1, tier, gain, 3.0),) if verdict else ()
     return Finding(f"idea-{i}", "a", 1, (change,), "h", tier, verdict, gain, gains=gains)
 
 
 def desk(findings: tuple[Finding, ...]) -> Desk:
     return Desk(
-        "agent-0", 1, RECIPE, "recipe.py", 2, findings, (), (), frozenset(),
-        levels={1: {}}, sources={1: RECIPE},
-    )  # fmt: skip
+        "agent-0", 1, RECIPE, "recipe.py", 2, findings, (), (), frozenset(), sources={1: RECIPE}
+    )
 
 
 def candidate(lr: float) -> Proposal:
