@@ -178,8 +178,9 @@ class ModelSearch:
 
     def _space_for(self, desk: Desk) -> SearchSpace:
         """The champion's space, each dimension keeping the range it was first given (a range
-        derived around a value would drift with every champion), widened to hold the current
-        value. A new space means a new study: Optuna's samplers need one space per study."""
+        derived around a value would drift with every champion) until the champion's value
+        leaves it, then the range around that value. A new space means a new study: Optuna's
+        samplers need one space per study."""
         current = space_of(desk.source)
         values = current.values_of(constants(desk.source))
         dims: list[Dimension] = []
@@ -232,9 +233,8 @@ class ModelSearch:
         on the low-correlation problems.) GP reads complete trials only: complete, with the
         value at the highest tier decided."""
         by_tier = tier_values(finding, desk)
-        if finding.failed and finding.tier not in by_tier:  # a crash: the worst value seen
-            worst = self._high if self._high is not None else 0.0
-            by_tier[finding.tier] = (finding.champion_version, worst)
+        if finding.failed and finding.tier not in by_tier and self._high is not None:
+            by_tier[finding.tier] = (finding.champion_version, self._high)  # a crash: the worst
         if not by_tier:
             return  # refused or stale before any verdict: nothing was measured
         highest = max(by_tier)

@@ -216,3 +216,15 @@ def test_the_gp_sampler_proposes_too() -> None:
 
 def _patch(base: str, old: str, new: str) -> str:
     return make_patch(base, base.replace(old, new, 1), "recipe.py")
+
+
+def test_a_crash_before_anything_was_measured_teaches_nothing_yet() -> None:
+    """A crash is worth the worst value seen; with none seen it has no value to take (0.0
+    would rank it above every real val_bpb)."""
+    crashed = Finding(
+        "idea-c", "a", 1, (Change("WD", "0.1", "0.9"),), "h", 0, "REJECT", None, failed=True
+    )
+    search = ModelSearch(Sampler.TPE, seed=0)
+    propose(search, desk(RECIPE, (crashed,)))
+    states = [t.state for t in search._study.get_trials(deepcopy=False)]
+    assert states == [TrialState.RUNNING]  # only the proposal just made
