@@ -171,7 +171,7 @@ class HeuristicBrain:
         how = self.persona.capitalize()
         if move is not self.persona:
             cause = "its own had nothing untried" if self.persona in spent else "for variety"
-            how += f" making a {move} move ({cause})"
+            how += f" making {'an' if move[0] in 'aeiou' else 'a'} {move} move ({cause})"
         return Proposal(
             hypothesis=clip(f"{lead}. {draft.tail}"),
             source=source,

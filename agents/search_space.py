@@ -146,10 +146,17 @@ class SearchSpace:
 
 
 def space_of(source: str) -> SearchSpace:
-    """The recipe's search space, from its declarations and its current values."""
+    """The recipe's search space, from its declarations and its current values; SpaceError
+    names every declaration it cannot use, not just the first."""
     dimensions: list[Dimension] = []
+    problems: list[str] = []
     for name, constant in constants(source).items():
-        dimensions += _dimensions(name, constant)
+        try:
+            dimensions += _dimensions(name, constant)
+        except SpaceError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise SpaceError("; ".join(problems))
     return SearchSpace(tuple(dimensions))
 
 

@@ -160,7 +160,9 @@ class Decision:
     details: str = ""
     seeds_wanted: int = 0  # RETEST: paired seeds the idea will have at this tier
     decided_by: str = "ladder"  # who decided: the ladder's rules, or a person (approve/reject)
-    runs: int = 0  # the idea's runs at this tier on this champion so far: what the verdict cost
+    # the idea's runs at this tier on this champion so far; an idea's last decision at a tier
+    # (any verdict but RETEST) carries what that tier cost it
+    runs: int = 0
     created_at: float = field(default_factory=now)
 
     @property

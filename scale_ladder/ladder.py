@@ -154,7 +154,8 @@ class Ladder(LadderState):
             patch = rebase(state.patch, old, new, self.editable)
         except NotAdmitted as exc:
             why = f"champion moved from v{state.version} to v{self.current}: {exc}"
-            self._decide(state, Verdict.STALE, why, version=self.current)
+            spent = len(self.requested[(state.idea.idea_id, state.version, state.tier)])
+            self._decide(state, Verdict.STALE, why, version=self.current, runs=spent)
             return
         if not self._is_duplicate(state, patch):
             self._request(state.idea.idea_id, self.current, 0, patch, 1)

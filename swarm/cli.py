@@ -181,6 +181,13 @@ def _add_brain_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-llm-usd", type=float, help="stop LLM proposals once they cost this much in all"
     )
+    parser.add_argument(
+        "--screen",
+        type=int,
+        metavar="N",
+        help="heuristic and LLM researchers draw N candidates per idea and send the one a "
+        "Gaussian process rates best (default: agents.screen, 1 = off)",
+    )
 
 
 def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
@@ -219,7 +226,10 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     brain, count = flag("brain"), flag("agents") if args.command == "start" else flag("count")
     if brain is not None and count is None:
         count = total_of(brain)  # `--brain anthropic:6,heuristic:2` says how many
-    config = with_overrides(config, "agents", count=count, brain=brain)
+    screen = flag("screen")
+    if screen is not None and screen < 1:
+        raise ConfigError(f"the command line: --screen must be 1 or more, got {screen}")
+    config = with_overrides(config, "agents", count=count, brain=brain, screen=screen)
     check_brains(config, "the command line")
     config = with_overrides(config, "llm", max_usd=flag("max_llm_usd"))
     config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))

@@ -69,11 +69,16 @@ def champion_moves(baselines: list[dict[str, object]], sigmas: dict[int, float])
             continue
         gains = [versions[first][s] - versions[last][s] for s in seeds]
         delta = statistics.fmean(gains)
-        sigma = sigmas.get(tier) or (statistics.stdev(gains) if len(gains) > 1 else float("nan"))
-        band = 2 * sigma / math.sqrt(len(gains))
+        sigma = sigmas.get(tier) or (statistics.stdev(gains) if len(gains) > 1 else None)
+        band = (
+            "no noise estimate"
+            if sigma is None
+            else f"noise band ±{2 * sigma / math.sqrt(len(gains)):.4f}"
+        )
         was = statistics.fmean(versions[first][s] for s in seeds)
+        paired = f"{len(gains)} paired seed" + ("s" if len(gains) > 1 else "")
         lines.append(
             f"tier {tier} champion: v{first} {was:.4f} -> v{last} {was - delta:.4f} "
-            f"(gain {delta:+.4f} over {len(gains)} paired seeds; noise band ±{band:.4f})"
+            f"(gain {delta:+.4f} over {paired}; {band})"
         )
     return lines

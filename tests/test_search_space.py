@@ -121,3 +121,10 @@ def test_the_bytelm_recipe_declares_what_it_can_run() -> None:
     )
     assert space["MLP_RATIO"].kind is Kind.INT
     assert step(space["HEAD_DIM"], 64, math.log(2)) is None
+
+
+def test_every_bad_declaration_is_named_at_once() -> None:
+    with pytest.raises(SpaceError) as caught:
+        space_of("A = 1  # search: 5..9\nB = 2  # search: 1..3\nC = 0.5  # search: x..y\n")
+    said = str(caught.value)
+    assert said.startswith("A: its value 1 is outside") and "; C: `search: x..y` needs" in said
