@@ -103,6 +103,18 @@ def _slots(board: _Board) -> list[tuple[Dimension, Scalar]]:
     return slots
 
 
+def _inside(board: _Board, values: Mapping[str, Value]) -> bool:
+    """Every value within its dimension of the recipe's space (values outside the space's
+    dimensions, e.g. a constant that is fixed, are the champion's own or a finding's)."""
+    for name, value in values.items():
+        indexed = enumerate(value) if isinstance(value, tuple) else [(None, value)]
+        for index, x in indexed:
+            d = board.space.get((name, index))
+            if d is not None and not d.contains(x):
+                return False
+    return True
+
+
 class HeuristicBrain:
     def __init__(
         self, persona: Persona, seed: int, focus: float = PREFERRED_MOVE_PROBABILITY
@@ -132,6 +144,8 @@ class HeuristicBrain:
         order = self._move_order()
         for position, move in enumerate(order):
             for draft in islice(moves[move](board), MAX_CANDIDATES_PER_MOVE):
+                if not _inside(board, draft.values):
+                    continue  # a finding's value (the combiner copies them) the recipe rules out
                 source, changes = edit(champion_source, draft.values)
                 if not changes or fingerprint(source) in tried:
                     continue
@@ -329,4 +343,7 @@ class OfflineBrain:
             proposal = self.search.propose(desk.source, desk.version, desk.findings, desk.tried)
         except SpaceError as exc:  # the recipe's own declaration: say so, and look again later
             return Attempt(None, why_not=f"the recipe's search space: {exc}", failed=True)
+        except (ValueError, OverflowError, MemoryError, RecursionError) as exc:
+            why = f"the recipe's values: {type(exc).__name__}: {str(exc)[:200]}"
+            return Attempt(None, why_not=why, failed=True)  # data an agent wrote, not a crash
         return Attempt(proposal, why_not="" if proposal else "no untried change left")

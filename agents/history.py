@@ -239,8 +239,10 @@ def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...
             fingerprint(patched),
             with_values(base, values) != with_values(patched, values),
         )
-    except (PatchRefused, SyntaxError, ValueError):  # the ladder refuses it; nothing to learn
-        return (), fingerprint(base), False
+    except (PatchRefused, SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+        # The ladder refuses it, or its values are past what a search can hold: nothing to
+        # learn from its constants (marked as a code change, so no model reads it as one).
+        return (), fingerprint(base), True
 
 
 def _first_baseline(details: str) -> float | None:

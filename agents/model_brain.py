@@ -144,8 +144,13 @@ class ModelSearch:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 trial = self._study.ask(distributions)
             self._next = trial.number + 1
-            values = {d.name: _to_value(d, trial.params[_param(d)]) for d in space.dimensions}
-            source, changes = edit(desk.source, space.assemble(champion, values))
+            try:
+                params = trial.params  # a copy per read: read once, not once per dimension
+                values = {d.name: _to_value(d, params[_param(d)]) for d in space.dimensions}
+                source, changes = edit(desk.source, space.assemble(champion, values))
+            except BaseException:
+                self._study.tell(trial, state=TrialState.FAIL)  # no zombie for the liar
+                raise
             if not changes or fingerprint(source) in desk.tried:
                 self._study.tell(trial, state=TrialState.FAIL)
                 continue
@@ -177,10 +182,10 @@ class ModelSearch:
     # --- the study from the findings ----------------------------------------------------------
 
     def _space_for(self, desk: Desk) -> SearchSpace:
-        """The champion's space, each dimension keeping the range it was first given (a range
-        derived around a value would drift with every champion) until the champion's value
-        leaves it, then the range around that value. A new space means a new study: Optuna's
-        samplers need one space per study."""
+        """The champion's space: its declared ranges as they are now, and each derived range as
+        it was first given (a range derived around a value would drift with every champion)
+        until the champion's value leaves it. A new space means a new study: Optuna's samplers
+        need one space per study."""
         current = space_of(desk.source)
         values = current.values_of(constants(desk.source))
         dims: list[Dimension] = []
@@ -188,8 +193,9 @@ class ModelSearch:
             first = self._ranges.setdefault(d.name, d)
             kept = first if first.kind is d.kind and first.choices == d.choices else d
             x = values.get(d.name)
-            if kept is not d and x is not None and not kept.contains(x):
-                kept = d  # the champion left the first range: take the one around it
+            if d.declared or (kept is not d and x is not None and not kept.contains(x)):
+                kept = d  # a declaration is the recipe's word; a champion past a derived range
+                # gets the range around its value
             self._ranges[d.name] = kept
             dims.append(kept)
         space = SearchSpace(tuple(dims))
@@ -308,3 +314,8 @@ class ModelBrain:
             return self.search.propose(desk, idea_id)
         except SpaceError as exc:  # the recipe's own declaration: say so, and look again later
             return Attempt(None, why_not=f"the recipe's search space: {exc}", failed=True)
+        except (ValueError, OverflowError, MemoryError, RecursionError) as exc:
+            # What the recipe holds is data an agent wrote: a value this search cannot hold
+            # is a refused attempt with the reason, never a crash of the host.
+            why = f"the recipe's values: {type(exc).__name__}: {str(exc)[:200]}"
+            return Attempt(None, why_not=why, failed=True)

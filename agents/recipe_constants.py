@@ -22,6 +22,7 @@ from typing import TypeAlias
 Value: TypeAlias = int | float | bool | str | tuple[float, ...]
 
 CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+MAX_MAGNITUDE = 1e300  # larger numbers (and inf, nan) are not constants a search can move
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +56,15 @@ def _literal(node: ast.expr) -> Value | None:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
-    if isinstance(value, bool | int | float | str):
+    if isinstance(value, bool | str):
         return value
+    if isinstance(value, int | float):  # inf, or an int past a float, is no value to search
+        return value if abs(value) <= MAX_MAGNITUDE else None
     if (
         isinstance(value, tuple)
         and value
         and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        and all(abs(v) <= MAX_MAGNITUDE for v in value)
     ):
         return value
     return None

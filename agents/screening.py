@@ -35,6 +35,7 @@ from agents.search_space import SearchSpace, space_of
 
 MIN_POINTS = 5  # below this many measured ideas the model rates nothing: the brain's order holds
 MAX_POINTS = 300  # the most recent measured ideas it is fitted to (a GP fit is cubic in them)
+REFIT_EVERY = 10  # measured ideas between two fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,9 @@ class Screen:
         xs, ys = xs[-MAX_POINTS:], ys[-MAX_POINTS:]
         if len(ys) < MIN_POINTS:
             return None
-        key = (desk.version, len(ys), ys[-1], space)
+        # A fit takes seconds at a few hundred points (one length scale per dimension), so it
+        # is redone only after REFIT_EVERY new measurements or a new champion, not per proposal.
+        key = (desk.version, len(ys) // REFIT_EVERY, space)
         if self._fitted is not None and self._fitted[0] == key:
             return self._fitted[1], self._fitted[2]
         kernel = ConstantKernel(1.0) * Matern(

@@ -34,8 +34,9 @@ from typing import TypeAlias
 from agents.recipe_constants import Constant, Scalar, Value, constants, scalar_at
 
 FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")
-FRACTION_BOUNDS = (0.001, 0.999)  # a derived fraction's range never reaches 0 or 1
-_RANGE = re.compile(r"^(?P<low>[^.\s][^\s]*?)\s*\.\.\s*(?P<high>[^\s]+)(?P<flags>(\s+\w+)*)$")
+FRACTION_BOUNDS = (0.001, 0.999)  # how close to 0 or 1 the heuristic's logit steps may go
+MAX_DECLARATION = 4096  # characters: a declaration is read on every proposal
+MAX_MAGNITUDE = 1e100  # beyond this a range's width or a log overflows: not a range to search
 Choice: TypeAlias = int | float | bool | str
 
 
@@ -179,10 +180,12 @@ def _dimensions(name: str, constant: Constant) -> list[Dimension]:
 
 def _declared(name: str, value: Scalar, text: str) -> Dimension | None:
     text = text.strip()
+    if len(text) > MAX_DECLARATION:
+        raise SpaceError(f"{name}: its `search:` declaration is over {MAX_DECLARATION} characters")
     if text in ("fixed", "off"):
         return None
     if "|" in text:
-        choices = tuple(_choice(part.strip()) for part in text.split("|"))
+        choices = tuple(_choice(name, part.strip()) for part in text.split("|"))
         if any(not c and c != 0 for c in choices if not isinstance(c, bool)):
             raise SpaceError(f"{name}: empty choice in `search: {text}`")
         if len(set(map(repr, choices))) != len(choices):
@@ -190,22 +193,25 @@ def _declared(name: str, value: Scalar, text: str) -> Dimension | None:
         if not any(_same(value, c) for c in choices):
             raise SpaceError(f"{name}: its value {value!r} is not among `search: {text}`")
         return Dimension(name, None, Kind.CHOICE, choices=choices, declared=True)
-    match = _RANGE.match(text)
-    if match is None:
+    ends, *words = re.sub(r"\s*\.\.\s*", "..", text).split()  # `1 .. 2` reads as `1..2`
+    parts = ends.split("..")
+    if len(parts) != 2:
         raise SpaceError(
-            f"{name}: cannot read `search: {text}`; write LOW..HIGH [log|linear] [pow2], "
-            "a | b | c, or fixed"
+            f"{name}: cannot read `search: {_short(text)}`; write LOW..HIGH [log|linear] "
+            "[pow2], a | b | c, or fixed"
         )
     try:
-        low, high = float(match["low"]), float(match["high"])
+        low, high = float(parts[0]), float(parts[1])
     except ValueError:
         raise SpaceError(f"{name}: `search: {text}` needs numbers on both sides of ..") from None
-    flags = set(match["flags"].split())
+    flags = set(words)
     unknown = flags - {"log", "linear", "pow2"}
     if unknown:
         raise SpaceError(f"{name}: unknown word {sorted(unknown)[0]!r} in `search: {text}`")
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise SpaceError(f"{name}: `search: {text}` needs LOW < HIGH, both finite")
+    if not (abs(low) <= MAX_MAGNITUDE and abs(high) <= MAX_MAGNITUDE and low < high):
+        raise SpaceError(
+            f"{name}: `search: {text}` needs LOW < HIGH, both finite and within ±{MAX_MAGNITUDE:g}"
+        )
     if isinstance(value, bool | str):
         raise SpaceError(f"{name} = {value!r} takes choices (a | b), not a range")
     if not low <= value <= high:
@@ -234,34 +240,47 @@ def _round(x: float) -> float:
 def _derived(name: str, index: int | None, x: Scalar) -> Dimension | None:
     if isinstance(x, bool):
         return Dimension(name, index, Kind.FLAG, choices=(False, True))
-    if isinstance(x, str) or x <= 0:
-        return None  # no scale to derive through zero, and no options to guess
+    if isinstance(x, str) or not 1e-100 <= x <= MAX_MAGNITUDE:
+        return None  # no scale through zero, no options to guess, no range past overflow
     if isinstance(x, int):
         if _is_pow2(x):
             return Dimension(name, index, Kind.POW2, max(1, x / 8), x * 8, True)
         return Dimension(name, index, Kind.INT, max(1, x // 4), x * 4, True)
     if _fraction(name, index, x):
-        if x <= 0.5:
-            low, high = max(x / 10, FRACTION_BOUNDS[0]), min(x * 10, FRACTION_BOUNDS[1])
-            return Dimension(name, index, Kind.FRACTION, _round(low), _round(high), True)
-        rest = 1 - x  # near 1: a decade either side of the distance to 1, on a linear scale
-        low, high = max(1 - rest * 10, FRACTION_BOUNDS[0]), min(1 - rest / 10, FRACTION_BOUNDS[1])
-        return Dimension(name, index, Kind.FRACTION, _round(low), _round(high), False)
-    return Dimension(name, index, Kind.SCALE, _round(x / 10), _round(x * 10), True)
+        if x <= 0.5:  # a decade either side, short of the middle of what is left to 1
+            low, high, log = x / 10, min(x * 10, (1 + x) / 2), True
+        else:  # near 1: a decade either side of the distance to 1, on a linear scale
+            rest = 1 - x
+            low, high, log = max(1 - rest * 10, x / 2), 1 - rest / 10, False
+    else:
+        low, high, log = x / 10, x * 10, True
+    low, high = _round(low), _round(high)
+    if not low < x < high:  # rounding to 6 digits swallowed a value this close to 0 or 1
+        return None
+    kind = Kind.FRACTION if _fraction(name, index, x) else Kind.SCALE
+    return Dimension(name, index, kind, low, high, log)
 
 
 def _fraction(name: str, index: int | None, x: float) -> bool:
     return 0 < x < 1 and (index is not None or any(word in name for word in FRACTION_WORDS))
 
 
-def _choice(text: str) -> Choice:
+def _choice(name: str, text: str) -> Choice:
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return text  # a bare name
-    if isinstance(value, bool | int | float | str):
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        if not abs(value) <= MAX_MAGNITUDE:
+            raise SpaceError(f"{name}: the choice {_short(text)} is beyond ±{MAX_MAGNITUDE:g}")
         return value
     return text
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _same(a: object, b: object) -> bool:

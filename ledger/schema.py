@@ -107,10 +107,11 @@ TABLES: dict[str, Table] = {
 
 # A stacked idea's runs at a token-budget tier are runs of the new champion's recipe, and the
 # ladder keeps them as its baseline instead of running it again (scale_ladder/ladder_state.py);
-# these two views count them as the champion's, so its level shows on every version.
+# these two views count them as the champion's, so its level shows on every version. (Stacks
+# by an older release, which ran the baseline again, have no `carried_runs`: nothing is added.)
 CARRIED_FROM = """
     FROM champions c JOIN {runs} ON r.idea_id = c.idea_id AND r.champion_version = c.parent_version
-    WHERE c.kind = 'STACK'
+    WHERE c.kind = 'STACK' AND c.carried_runs > 0
       AND r.tier IN (SELECT DISTINCT tier FROM run_specs WHERE budget_kind = 'tokens')"""
 
 VIEWS: dict[str, str] = {

@@ -3,6 +3,7 @@ file, compiles, changes something; and carrying a patch over to a new champion (
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 
@@ -27,11 +28,31 @@ def patched_source(source: str, patch: str, editable: str) -> str:
     if new == source:
         raise NotAdmitted("the patch changes nothing")
     try:
-        compile(new, editable, "exec")
+        tree = ast.parse(new, editable)
+        compile(tree, editable, "exec")
     except SyntaxError as exc:
         why = f"the patched {editable} does not compile: {exc.msg} (line {exc.lineno})"
         raise NotAdmitted(why) from None
+    except (RecursionError, MemoryError):  # an expression nested thousands deep: data, not a bug
+        raise NotAdmitted(f"the patched {editable} is nested too deeply to compile") from None
+    if _same_code(source, tree):
+        # Its runs would pair to exactly zero with the champion's (a seed's run is
+        # reproducible), which only drags the pooled noise estimate down.
+        raise NotAdmitted("the patch changes only comments or layout, nothing the code does")
     return new
+
+
+@functools.lru_cache(maxsize=64)
+def _dump(source: str) -> str | None:
+    try:
+        return ast.dump(ast.parse(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _same_code(source: str, tree: ast.Module) -> bool:
+    before = _dump(source)
+    return before is not None and before == ast.dump(tree)
 
 
 def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> str:

@@ -196,8 +196,12 @@ class Ladder(LadderState):
             "baseline": [pairs[s] for s in sorted(pairs)],
         }
         have = len(self.requested[key])
+        # Seeds whose baseline failed for good pair with nothing: ask for that many more, so
+        # one broken baseline seed does not reject every idea at the tier.
+        rule = self.tiers[state.tier].rule
+        wanted = min(outcome.seeds_wanted + have - len(pairs), 2 * rule.max_seeds)
         verdict = outcome.verdict
-        if verdict is Verdict.RETEST and outcome.seeds_wanted <= have:
+        if verdict is Verdict.RETEST and wanted <= have:
             verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
         self._decide(
             state,
@@ -211,7 +215,7 @@ class Ladder(LadderState):
             runs=have,
         )
         if verdict is Verdict.RETEST:
-            self._request(key[0], state.version, state.tier, state.patch, outcome.seeds_wanted)
+            self._request(key[0], state.version, state.tier, state.patch, wanted)
         elif verdict is Verdict.PROMOTE and state.tier < self.top:
             nxt = state.tier + 1
             self._request(key[0], state.version, nxt, state.patch, 1)

@@ -92,7 +92,10 @@ class Noise:
 
 
 def noise(groups: Sequence[Sequence[float]]) -> Noise:
-    usable = [g for g in groups if len(g) >= 2]
+    # A group whose gains are all equal is a change that does nothing the seed can see (an
+    # unused constant, say): its zero spread says nothing of the noise, and three of them
+    # would pool to a σ_d of 0, a gate of 0 (found by a red team).
+    usable = [g for g in groups if len(g) >= 2 and len(set(g)) > 1]
     squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in usable)
     return Noise(squares, sum(len(g) - 1 for g in usable), sum(len(g) for g in usable))
 

@@ -278,6 +278,28 @@ def test_failed_baselines_are_retried_then_left_out(tmp_path: Path) -> None:
     assert len(tries) == 3 and len({s.run_id for s in tries}) == 3
 
 
+def test_a_baseline_seed_that_always_fails_does_not_block_the_tier(tmp_path: Path) -> None:
+    """The champion's first seed fails for good at tier 0: ideas run further seeds to get
+    their pairs instead of all being rejected for want of one."""
+
+    def broken_first_seed(spec: RunSpec, source: str) -> RunResult:
+        if not spec.idea_id and spec.tier == 0 and spec.seed == 0:
+            return RunResult(
+                spec.run_id, 0, 0, spec.champion_version, RunStatus.CRASH, reason="flaky"
+            )
+        return ok_runner(spec, source)
+
+    sim = Sim(make_ladder(tmp_path), broken_first_seed)
+    sim.step()
+    sim.run_all()
+    sim.propose("idea-good", "LR = 1.0->LR = 3.0")
+    sim.run_all()
+    (first, *_) = decisions(sim, "idea-good")
+    assert (first.tier, first.verdict) == (0, Verdict.PROMOTE)
+    assert 0 not in json.loads(first.details)["seeds"]  # paired on the seeds that have one
+    assert champions(sim)[-1].idea_id == "idea-good"
+
+
 def test_champion_change_rebases_ideas_in_play_onto_it(tmp_path: Path) -> None:
     sim = Sim(make_ladder(tmp_path))
     sim.step()
@@ -437,3 +459,17 @@ def test_a_time_budget_tier_is_baselined_again_after_a_stack(tmp_path: Path) -> 
         if isinstance(s, RunSpec) and s.champion_version == 2 and not s.idea_id
     }
     assert again == {1}  # only tier 1 is baselined on v2, once an idea reaches it
+
+
+def test_a_patch_that_changes_no_code_or_cannot_compile_safely_is_refused(tmp_path: Path) -> None:
+    """A comment-only idea would pair to exactly zero and pull the noise estimate down; an
+    expression nested thousands deep made compile() raise RecursionError, which crashed the
+    ladder on every replay (a red team's find). Both are refused with the reason."""
+    sim = Sim(make_ladder(tmp_path))
+    sim.step()
+    sim.propose("idea-comment", "LR = 1.0  # learning rate->LR = 1.0  # the learning rate")
+    sim.propose("idea-deep", "DEPTH = 2\n->DEPTH = 2\nY = " + "-" * 20_000 + "1\n")
+    comment = decisions(sim, "idea-comment")[0]
+    assert comment.verdict is Verdict.REFUSED and "only comments or layout" in comment.rule
+    deep = decisions(sim, "idea-deep")[0]
+    assert deep.verdict is Verdict.REFUSED and "nested too deeply" in deep.rule

@@ -132,6 +132,10 @@ def test_pooled_sigma_measures_noise_not_effects() -> None:
     groups = [[0.09, 0.11, 0.10], [-0.21, -0.19, -0.20]]
     assert pooled_sigma(groups) == pytest.approx(0.01)
     assert pooled_sigma([[0.1, 0.2]]) is None  # too few pairs to trust
+    # Changes that do nothing the seed can see pair to the same gain on every seed: they say
+    # nothing of the noise and must not pool it down to 0.
+    assert pooled_sigma([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.09, 0.11, 0.10]]) is None
+    assert pooled_sigma([[0.0, 0.0, 0.0]] * 3 + groups) == pytest.approx(0.01)
 
 
 @given(

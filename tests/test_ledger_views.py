@@ -66,12 +66,20 @@ def test_a_stacked_ideas_token_tier_runs_count_as_the_new_champions_baseline(
                 run_id, tier, seed, 1, RunStatus.OK, idea_id="idea-good", metric=2.0 + seed
             )
             messages += [spec, result]
-    messages.append(ChampionChange(2, 1, ChangeKind.STACK, "sha", idea_id="idea-good"))
+    messages.append(
+        ChampionChange(2, 1, ChangeKind.STACK, "sha", idea_id="idea-good", carried_runs=2)
+    )
+    # A stack by the previous release ran its baseline again (carried_runs 0 or NULL): its
+    # idea's runs are not added to the champion's.
+    old = RunSpec("run-old", 0, 0, 2, BudgetKind.TOKENS, 100.0, idea_id="idea-old")
+    messages += [old, RunResult("run-old", 0, 0, 2, RunStatus.OK, idea_id="idea-old", metric=1.0)]
+    messages.append(ChampionChange(3, 2, ChangeKind.STACK, "sha", idea_id="idea-old"))
     store.write_batch(messages)
     rows = store.con.execute(
         "SELECT tier, champion_version, seed, carried FROM champion_runs ORDER BY ALL"
     ).fetchall()
-    assert rows == [(0, 2, 0, True), (0, 2, 1, True)]  # the seconds tier is run again
+    # The seconds tier is run again; v3's stack (an older release's) carried nothing.
+    assert rows == [(0, 2, 0, True), (0, 2, 1, True)]
     board = store.con.execute(
         "SELECT tier, mean_metric, n_runs FROM leaderboard "
         "WHERE champion_version = 2 AND idea_id = '(champion)'"

@@ -228,3 +228,31 @@ def test_a_crash_before_anything_was_measured_teaches_nothing_yet() -> None:
     propose(search, desk(RECIPE, (crashed,)))
     states = [t.state for t in search._study.get_trials(deepcopy=False)]
     assert states == [TrialState.RUNNING]  # only the proposal just made
+
+
+def test_a_changed_declaration_takes_effect_at_once() -> None:
+    """A new champion that narrows a declared range is searched in the new range, though its
+    value also lay in the old one."""
+    search = ModelSearch(Sampler.TPE, seed=0)
+    propose(search, desk(RECIPE))
+    narrowed = RECIPE.replace("search: 1e-4..1e-1", "search: 8e-4..1.2e-3")
+    for i in range(6):
+        source, _ = propose(search, desk(narrowed), f"idea-{i}")
+        lr = constants(source)["LR"].value
+        assert isinstance(lr, float) and 8e-4 <= lr <= 1.2e-3
+
+
+def test_a_value_the_search_cannot_hold_is_a_refused_attempt_not_a_crash() -> None:
+    """Recipes are written by agents: a derived range past a float's reach is no range, and
+    an error from the values is an attempt refused with the reason, and no trial is left
+    running for the liar."""
+    huge = "LR = 1e299\nWD = 0.1  # search: 1e-3..1.0\n"
+    search = ModelSearch(Sampler.TPE, seed=0)
+    source, changes = propose(search, desk(huge))
+    assert [c.name for c in changes] == ["WD"]  # LR has no range to move in
+    attempt = asyncio.run(
+        ModelBrain(search).propose(desk("X = 1  # search: 1 | 2 | 2\n"), "i", "t")
+    )
+    assert attempt.failed and "listed twice" in attempt.why_not
+    running = [t for t in search._study.get_trials(deepcopy=False) if t.state is TrialState.RUNNING]
+    assert len(running) <= 1  # the one proposal made, nothing left behind by the refusal

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,29 @@ def test_ranges_derived_around_undeclared_values() -> None:
     assert (space["WIDTH"].kind, space["WIDTH"].low, space["WIDTH"].high) == (Kind.POW2, 8, 512)
     assert {"NAME", "ZERO", "NEG"}.isdisjoint(space)  # no options to guess, no scale through 0
     assert space["BETAS[0]"].kind is Kind.FRACTION and space["BETAS[1]"].index == 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["BETA2 = 0.99995\n", "EMA_MOMENTUM = 0.99999\n", "DROPOUT = 0.00005\n", "P_BETA = 0.5\n"],
+)
+def test_a_derived_fraction_range_holds_its_value_however_close_to_0_or_1(line: str) -> None:
+    (d,) = space_of(line).dimensions
+    (x,) = (c.value for c in constants(line).values())
+    assert d.low < x < d.high  # Optuna refuses low > high, and the value must stay reachable
+
+
+def test_declarations_that_would_overflow_or_take_long_to_read_are_refused() -> None:
+    # (A backtracking pattern took 7 s per read of the 40 KB one; bench it, never assert it.)
+    for text, says in [
+        ("-1e308..1e308 linear", "within ±1e+100"),
+        ("1 | " + "9" * 400, "is beyond ±1e+100"),
+        ("1..1" * 10_000 + " !", "over 4096 characters"),
+        ("1..2..3", "cannot read"),
+    ]:
+        with pytest.raises(SpaceError, match=re.escape(says)):
+            space_of(f"N = 1  # search: {text}\n")
+    assert not space_of("TINY = 5e-324\n").dimensions  # too close to 0 to derive a range
 
 
 def test_the_declaration_stays_out_of_what_people_read() -> None:
