@@ -248,7 +248,7 @@ def test_a_value_the_search_cannot_hold_is_a_refused_attempt_not_a_crash() -> No
     running for the liar."""
     huge = "LR = 1e299\nWD = 0.1  # search: 1e-3..1.0\n"
     search = ModelSearch(Sampler.TPE, seed=0)
-    source, changes = propose(search, desk(huge))
+    _, changes = propose(search, desk(huge))
     assert [c.name for c in changes] == ["WD"]  # LR has no range to move in
     attempt = asyncio.run(
         ModelBrain(search).propose(desk("X = 1  # search: 1 | 2 | 2\n"), "i", "t")
