@@ -10,9 +10,9 @@ The flow of one idea: NEW → admitted (tier-0 RunSpecs on the current champion,
 TESTING at tier k until its seeds and the baseline's are in → rules.decide: RETEST (more seeds),
 REJECT, or PROMOTE (tier k+1, or at the top: PROMOTED → [HELD → approved] → stacked into a new
 champion version). An idea starts each tier on one seed and gets more only while its verdict is
-open (racing, rules.py). A new champion rebases every idea still in play
-onto it (back to tier 0) or marks it STALE; its baseline at each tier starts from the stacked
-idea's runs (ladder_state.py) and only the seeds still missing are run.
+open (racing, rules.py). A new champion rebases every idea still in play onto it (back to tier
+0) or marks it STALE; its baseline at each tier starts from the stacked idea's runs
+(ladder_state.py) and only the seeds still missing are run.
 """
 
 from __future__ import annotations
