@@ -228,6 +228,25 @@ async def test_a_capped_tier_recovers_a_job_handed_to_a_pull_that_timed_out(
     await serve_until_stored(nc, options, len(specs))
 
 
+async def test_a_higher_tier_job_whose_trainer_died_is_run_with_no_job_after_it(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    """The last job at tier 2 was taken by a trainer that died. Nothing new arrives there, so
+    the server says no job is pending; the job is only held. A trainer must still pull it once
+    its ack_wait has passed (a drained fault test left such a job undone for good)."""
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    await js.add_consumer(JOBS_STREAM, replace(trainer_consumer_config(2), ack_wait=1.0))
+    spec = replace(tiny_spec(seed=5), tier=2, target="synthetic")
+    await enqueue_run(js, spec)
+    dead = await js.pull_subscribe_bind(trainer_consumer_name(2), stream=JOBS_STREAM)
+    assert len(await dead.fetch(1, timeout=5)) == 1  # taken, never acked
+    info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(2))
+    assert (info.num_pending, info.num_ack_pending) == (0, 1)
+    options = TrainerOptions((0, 2), "cpu", tmp_path / "scratch", tmp_path / "logs", {})
+    await serve_until_stored(nc, options, 1)
+
+
 async def test_a_trainer_for_another_target_hands_the_job_back_and_stops(
     nc: Client, tmp_path: Path
 ) -> None:

@@ -289,13 +289,15 @@ async def _has_job(sub: JetStreamContext.PullSubscription) -> bool:
         log.debug("consumer info failed: %s", exc)
         return True
     cap = info.config.max_ack_pending or 0
-    if not info.num_pending:
-        return False
-    if cap <= 0 or (info.num_ack_pending or 0) < cap:
+    pending, held = info.num_pending or 0, info.num_ack_pending or 0
+    if pending and (cap <= 0 or held < cap):
         return True
-    # At the cap. A job handed to a pull that had already timed out counts against it until
-    # its ack_wait passes, and the server hands it out again only to a new pull: pull once
-    # nothing was delivered for ack_wait, or the tier waits forever (a soak run found this).
+    if not held:
+        return False
+    # Nothing new, or at the cap. A job held by a trainer that died, or handed to a pull that
+    # had already timed out, comes back after its ack_wait, but only to a new pull: pull once
+    # nothing was delivered for ack_wait, or the tier waits forever (a soak run found this at a
+    # cap; a fault test on a tier whose last job's trainer was killed, with no job after it).
     last = info.delivered.last_active if info.delivered else None
     quiet = (datetime.now(UTC) - last).total_seconds() if last else float("inf")
     return quiet > (info.config.ack_wait or 0)
