@@ -108,6 +108,7 @@ class ModelSearch:
         self.sampler = sampler
         self.seed = seed
         self.space: SearchSpace | None = None
+        self._distributions: dict[str, BaseDistribution] = {}  # the space's, as Optuna's params
         self._ranges: dict[str, Dimension] = {}  # the range each dimension was first given
         self._study = self._new_study()
         self._seen: dict[str, Finding] = {}
@@ -137,12 +138,11 @@ class ModelSearch:
         if not space.dimensions:
             return Attempt(None, why_not="the recipe has no constant a search may move")
         self._sync(desk, space)
-        distributions = {_param(d): _distribution(d) for d in space.dimensions}
         champion = constants(desk.source)
         for _ in range(ASKS_PER_PROPOSAL):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                trial = self._study.ask(distributions)
+                trial = self._study.ask(self._distributions)
             self._next = trial.number + 1
             try:
                 params = trial.params  # a copy per read: read once, not once per dimension
@@ -201,6 +201,7 @@ class ModelSearch:
         space = SearchSpace(tuple(dims))
         if space != self.space:
             self.space = space
+            self._distributions = {_param(d): _distribution(d) for d in space.dimensions}
             self._study = self._new_study()
             self._seen.clear()
             self._tracked.clear()
@@ -267,12 +268,10 @@ class ModelSearch:
         value: float | None = None,
         steps: dict[int, float] | None = None,
     ) -> int:
-        assert self.space is not None
-        distributions = {_param(d): _distribution(d) for d in self.space.dimensions}
         trial = create_trial(
             state=state,
             params=params,
-            distributions=distributions,
+            distributions=self._distributions,
             value=value,
             intermediate_values=steps,
         )

@@ -99,12 +99,14 @@ class Screen:
             if point is not None:
                 xs.append(space.unit(point))
                 ys.append(y)
+        measured = len(ys)
         xs, ys = xs[-MAX_POINTS:], ys[-MAX_POINTS:]
         if len(ys) < MIN_POINTS:
             return None
         # A fit takes seconds at a few hundred points (one length scale per dimension), so it
         # is redone only after REFIT_EVERY new measurements or a new champion, not per proposal.
-        key = (desk.version, len(ys) // REFIT_EVERY, space)
+        # Counted before the cut to MAX_POINTS: past it, the fitted count no longer grows.
+        key = (desk.version, measured // REFIT_EVERY, space)
         if self._fitted is not None and self._fitted[0] == key:
             return self._fitted[1], self._fitted[2]
         kernel = ConstantKernel(1.0) * Matern(
