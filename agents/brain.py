@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agents.recipe_constants import Change
 from bus.messages import Message
+from training.recipe_constants import Change
 
 
 class Persona(enum.StrEnum):

@@ -13,8 +13,8 @@ inflates, did as well or worse in bench.search.)
 from __future__ import annotations
 
 from agents.brain import Desk, Finding
-from agents.recipe_constants import Scalar, constants, parse_value
 from agents.search_space import SearchSpace
+from training.recipe_constants import Scalar, constants, parse_value
 
 FINAL = frozenset({"REJECT", "REFUSED", "STALE", "HELD"})  # the idea is out of play
 

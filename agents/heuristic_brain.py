@@ -31,7 +31,9 @@ from itertools import islice
 
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.hypotheses import clip, describe, short, step_text
-from agents.recipe_constants import (
+from agents.search_space import Dimension, Kind, SpaceError, distance, space_of, step
+from bus.champion_store import fingerprint
+from training.recipe_constants import (
     Change,
     Constant,
     Scalar,
@@ -44,8 +46,6 @@ from agents.recipe_constants import (
     scalar_at,
     with_element,
 )
-from agents.search_space import Dimension, Kind, SpaceError, distance, space_of, step
-from bus.champion_store import fingerprint
 
 PREFERRED_MOVE_PROBABILITY = 0.8
 MAX_CANDIDATES_PER_MOVE = 128  # bounds the retries; every move's own supply is finite anyway

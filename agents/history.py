@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Protocol
 
 from agents.brain import Failure, Finding, Gain
-from agents.recipe_constants import Change, changes_between, parse_value, with_values
 from bus.champion_store import fingerprint
 from bus.messages import (
     ChampionChange,
@@ -34,6 +33,7 @@ from bus.messages import (
     Verdict,
 )
 from training.patching import PatchRefused, apply
+from training.recipe_constants import Change, changes_between, parse_value, with_values
 
 FAILURES_KEPT = 20  # recent failed runs a brain is shown
 EVERYONE = ""  # a Notice for every researcher

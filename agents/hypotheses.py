@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.recipe_constants import Change, parse_value
+from training.recipe_constants import Change, parse_value
 
 HYPOTHESIS_LIMIT = 300  # characters
 

@@ -2,8 +2,10 @@
 
 Plain logic, no runtime and no bus (agents/runtime_agents.py hosts it in autogen-core). It reads
 the swarm's history from a History (agents/history.py) that the researchers of a host share, and
-keeps only its own state: at most `max_in_flight` of its own ideas undecided (back-pressure: the
-queue never fills with one agent's ideas), its notes on what became of them, its rests. It asks
+keeps only its own state: at most `max_in_flight` of its own ideas undecided below the top tier,
+and as many again waiting on the top tier (back-pressure: the queue never fills with one agent's
+ideas, yet a slow top tier does not leave the lower tiers without work), its notes on what
+became of them, its rests. It asks
 its brain (agents/brain.py) for a proposal on the current champion, never one already tried
 there. After a failed attempt it waits before the next (doubling, up to 10x `cooldown_s`); when
 its brain's budget is spent it stops proposing and says so.
@@ -80,6 +82,7 @@ class Researcher:
         self.history = history if history is not None else History(editable, target)
         self.screen = screen
         self.in_flight: set[str] = set()
+        self.at_tier: dict[str, int] = {}  # own idea in flight -> the tier it is tested at
         self.notes: deque[str] = deque(maxlen=NOTES_KEPT)
         self.proposed = 0
         self.cooldown_s = cooldown_s
@@ -113,7 +116,8 @@ class Researcher:
 
     @property
     def busy(self) -> bool:
-        return len(self.in_flight) >= self.max_in_flight
+        below_top = sum(1 for i in self.in_flight if self.at_tier.get(i, 0) < self.top_tier)
+        return below_top >= self.max_in_flight or len(self.in_flight) >= 2 * self.max_in_flight
 
     @property
     def mine(self) -> list[Finding]:
@@ -133,7 +137,7 @@ class Researcher:
             if notice.new_champion and self.empty_in_a_row:  # new moves: look now
                 self.empty_in_a_row, self.resting_until = 0, 0.0
             if event.kind is ChangeKind.STACK:  # out of play if it was one of its ideas
-                self.in_flight.discard(event.idea_id)
+                self._out_of_play(event.idea_id)
         elif isinstance(event, Decision):
             self._on_own_decision(event)
         elif isinstance(event, RunResult):
@@ -146,9 +150,16 @@ class Researcher:
             decision.verdict is Verdict.PROMOTE and decision.tier >= self.top_tier
         )
         if final:
-            self.in_flight.discard(decision.idea_id)
+            self._out_of_play(decision.idea_id)
+        elif decision.idea_id in self.in_flight:
+            up = decision.verdict is Verdict.PROMOTE
+            self.at_tier[decision.idea_id] = decision.tier + (1 if up else 0)
         if decision.verdict is not Verdict.RETEST:
             self.notes.append(_outcome(decision))
+
+    def _out_of_play(self, idea_id: str) -> None:
+        self.in_flight.discard(idea_id)
+        self.at_tier.pop(idea_id, None)
 
     def _on_own_failure(self, result: RunResult) -> None:
         """Told why its idea failed, log included."""

@@ -1,8 +1,8 @@
 """The search space a recipe declares: which constants may move, how far, and on what scale.
 
-Every brain that moves constants reads the space from the recipe itself (recipe_constants.py
-finds the constants with `ast`). A constant may declare its range or choices at the end of its
-comment, after `search:`:
+Every brain that moves constants reads the space from the recipe itself
+(training/recipe_constants.py finds the constants with `ast`). A constant may declare its range
+or choices at the end of its comment, after `search:`:
 
     LEARNING_RATE = 3e-3  # peak learning rate; search: 3e-4..3e-2    (log: both ends > 0)
     BETA2 = 0.95          # second moment decay; search: 0.9..0.999 linear
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from agents.recipe_constants import Constant, Scalar, Value, constants, scalar_at
+from training.recipe_constants import Constant, Scalar, Value, constants, scalar_at
 
 FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")
 FRACTION_BOUNDS = (0.001, 0.999)  # how close to 0 or 1 the heuristic's logit steps may go

@@ -8,6 +8,7 @@ import difflib
 import functools
 
 from training.patching import PatchRefused, apply, make_patch
+from training.recipe_constants import Change, changes_between, constants, with_written
 
 
 class NotAdmitted(ValueError):
@@ -61,7 +62,9 @@ def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> s
     The patch applies strictly where it still can. Otherwise its edits are carried over one by
     one, ignoring context lines: each edit's removed lines (or, for a pure insertion, the line
     before it) must occur exactly once in the new champion. So an idea touching other lines
-    than the stacked change survives it; one touching the same lines becomes STALE.
+    than the stacked change survives it. One touching the same lines survives if all it does is
+    set constants (a model brain's proposal sets every constant it searches): it sets them to
+    its values on the new champion. Otherwise it becomes STALE.
     """
     try:
         return make_patch(new_champion, patched_source(new_champion, patch, editable), editable)
@@ -70,6 +73,16 @@ def rebase(patch: str, old_champion: str, new_champion: str, editable: str) -> s
     wanted = patched_source(old_champion, patch, editable)
     if wanted == new_champion:
         raise NotAdmitted("the new champion already contains this change")
+    try:
+        return _rebase_lines(old_champion, wanted, new_champion, editable)
+    except NotAdmitted as conflict:
+        changes = _constants_set(old_champion, wanted)
+        if changes is None:
+            raise conflict from None
+        return _rebase_values(changes, new_champion, editable, conflict)
+
+
+def _rebase_lines(old_champion: str, wanted: str, new_champion: str, editable: str) -> str:
     before, after = old_champion.splitlines(True), wanted.splitlines(True)
     target = new_champion.splitlines(True)
     edits = difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
@@ -98,3 +111,28 @@ def _unique(lines: list[str], block: list[str]) -> int | None:
         return 0
     hits = [i for i in range(len(lines) - len(block) + 1) if lines[i : i + len(block)] == block]
     return hits[0] if len(hits) == 1 else None
+
+
+def _constants_set(old_champion: str, wanted: str) -> tuple[Change, ...] | None:
+    """The constants a change sets, if setting them is all it does; else None."""
+    try:
+        changes = changes_between(old_champion, wanted)
+        if not changes or with_written(old_champion, changes) != wanted:
+            return None
+    except (SyntaxError, ValueError, KeyError, RecursionError, MemoryError):
+        return None
+    return changes
+
+
+def _rebase_values(
+    changes: tuple[Change, ...], new_champion: str, editable: str, conflict: NotAdmitted
+) -> str:
+    missing = [c.name for c in changes if c.name not in constants(new_champion)]
+    if missing:
+        raise NotAdmitted(f"{conflict}; the new champion has no constant {', '.join(missing)}")
+    new = with_written(new_champion, changes)
+    if new == new_champion:
+        raise NotAdmitted("the new champion already contains this change")
+    carried = make_patch(new_champion, new, editable)
+    patched_source(new_champion, carried, editable)  # it must still compile
+    return carried

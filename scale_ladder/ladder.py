@@ -11,8 +11,8 @@ TESTING at tier k until its seeds and the baseline's are in → rules.decide: RE
 REJECT, or PROMOTE (tier k+1, or at the top: PROMOTED → [HELD → approved] → stacked into a new
 champion version). An idea starts each tier on one seed and gets more only while its verdict is
 open (racing, rules.py). A new champion rebases every idea still in play onto it (back to tier
-0) or marks it STALE; its baseline at each tier starts from the stacked idea's runs
-(ladder_state.py) and only the seeds still missing are run.
+0; with its runs, when its recipe is unchanged) or marks it STALE; its baseline at each tier
+starts from the stacked idea's runs (ladder_state.py) and only the seeds still missing are run.
 """
 
 from __future__ import annotations
@@ -163,6 +163,9 @@ class Ladder(LadderState):
     def _try_decide(self, state: IdeaState) -> None:
         key = (state.idea.idea_id, state.version, state.tier)
         wanted, got = self.requested[key], self.results[key]
+        if not wanted:  # carried over to this champion with no run at this tier yet
+            self._request(key[0], state.version, state.tier, state.patch, 1)
+            return
         if not wanted <= got.keys():
             return
         failed = [r for r in got.values() if r.status is not RunStatus.OK or r.metric is None]
@@ -190,11 +193,14 @@ class Ladder(LadderState):
 
     def _apply(self, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
         key = (state.idea.idea_id, state.version, state.tier)
-        numbers = {
+        numbers: dict[str, object] = {
             "seeds": sorted(pairs),
             "idea": [self.results[key][s].metric for s in sorted(pairs)],
             "baseline": [pairs[s] for s in sorted(pairs)],
         }
+        carried = self.carried.get(key, set())
+        if carried:  # runs of the same recipe made while it was tested on an earlier champion
+            numbers["carried_seeds"] = sorted(carried)
         have = len(self.requested[key])
         # Seeds whose baseline failed for good pair with nothing: ask for that many more, so
         # one broken baseline seed does not reject every idea at the tier.
@@ -212,12 +218,12 @@ class Ladder(LadderState):
             n=outcome.n,
             details=json.dumps(numbers),
             seeds_wanted=outcome.seeds_wanted if verdict is Verdict.RETEST else 0,
-            runs=have,
+            runs=have - len(carried),
         )
         if verdict is Verdict.RETEST:
             self._request(key[0], state.version, state.tier, state.patch, wanted)
-        elif verdict is Verdict.PROMOTE and state.tier < self.top:
-            nxt = state.tier + 1
+        elif verdict is Verdict.PROMOTE and key[2] < self.top:
+            nxt = key[2] + 1  # the fold has moved state.tier there already
             self._request(key[0], state.version, nxt, state.patch, 1)
         elif verdict is Verdict.PROMOTE:
             self._advance(state)  # PROMOTED: hold for a person, or stack now

@@ -4,10 +4,15 @@ Everything the ladder does is an event it publishes, and this state is driven by
 (an idea's tier and patch come from its RunSpecs, its phase from its Decisions), so replaying
 the event stream in order rebuilds it, whatever happened between two events live.
 
-Evidence carries over: when an idea is stacked, its runs at each token-budget tier are runs of
-the new champion's recipe on those seeds (a token budget makes a seed's run reproducible), so
-they become the new champion's baseline there and only the missing seeds are run. Time-budget
-tiers are re-run: load on the machine leaks into their metric (LADDER-NOTES, baseline drift).
+Evidence carries over, because a run is its recipe, tier and seed (a token budget makes a seed's
+run reproducible; time-budget tiers are re-run, since load on the machine leaks into their
+metric: LADDER-NOTES, baseline drift):
+- when an idea is stacked, its runs at each tier become the new champion's baseline on those
+  seeds, and only the missing seeds are run;
+- an idea in play whose recipe the new champion leaves as it was (a model brain's proposal sets
+  every constant it searches, so it is carried over by value and runs the same recipe) keeps
+  its runs: it is judged against the new champion from tier 0 on them, and runs only what is
+  missing. Before, such an idea became STALE however far it had climbed.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from scale_ladder.admission import NotAdmitted, patched_source
+from scale_ladder.admission import NotAdmitted, patched_source, rebase
 from scale_ladder.near_duplicates import PatchChange, patch_change
 from scale_ladder.rules import Evidence, Noise, noise, paired_gains
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
@@ -105,6 +110,10 @@ class LadderState:
     gains: dict[tuple[int, int], dict[str, float]] = field(
         default_factory=lambda: defaultdict(dict)
     )
+    # (idea id, version) -> the newer version it was carried to with its recipe unchanged
+    moved: dict[tuple[str, int], int] = field(default_factory=dict)
+    # (idea id, version, tier) -> seeds whose runs came from an earlier version (not run here)
+    carried: dict[tuple[str, int, int], set[int]] = field(default_factory=lambda: defaultdict(set))
     # tier -> noise pooled over every champion before the current one: the racing prior
     earlier_noise: dict[int, Noise] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
@@ -167,6 +176,9 @@ class LadderState:
             slot[result.seed] = result
         if result.idea_id:
             self.dirty[result.idea_id] = None
+            newer = self.moved.get((result.idea_id, result.champion_version))
+            if newer is not None:  # a run that finished after its idea was carried over
+                self._carry_run(result.idea_id, newer, result.tier, result)
         else:  # a baseline result may complete the pairs of every idea at that tier
             self.baseline_finished[(result.champion_version, result.tier, result.seed)] += 1
             self.baselines_dirty = True
@@ -189,6 +201,12 @@ class LadderState:
             state.phase = Phase.HELD
         elif verdict is Verdict.PROMOTE and decision.tier == self.top:
             state.phase = Phase.PROMOTED if by_rules else Phase.APPROVED
+        elif verdict is Verdict.PROMOTE and decision.champion_version == state.version:
+            # The next tier starts here, not at its first RunSpec: carried runs may need none.
+            state.tier = decision.tier + 1
+            if self.requested[(decision.idea_id, state.version, state.tier)]:
+                self.tested_at[(state.version, state.tier)][decision.idea_id] = None
+                self.baselines_dirty = True
         self.dirty[decision.idea_id] = None
 
     def _observe_champion(self, change: ChampionChange) -> None:
@@ -198,6 +216,8 @@ class LadderState:
             self.ideas[change.idea_id].phase = Phase.DONE
             for (index, seed), run in self.carried_runs(change.idea_id, change.parent_version):
                 self.results[("", change.version, index)].setdefault(seed, run)
+        if change.version == self.current and change.parent_version in self.champions:
+            self._carry_ideas(change)
         if change.version == self.current:
             if previous:  # the champion it replaces has said all it will about each tier's noise
                 for tier in self.tiers:
@@ -207,6 +227,58 @@ class LadderState:
             for idea_id, state in self.ideas.items():
                 if state.phase is not Phase.DONE:
                     self.dirty[idea_id] = None
+
+    def _carry_ideas(self, change: ChampionChange) -> None:
+        """Move every idea in play on the parent whose recipe the new champion leaves as it was
+        onto the new champion at tier 0, with its runs (see the module's docstring)."""
+        old = self.champions[change.parent_version].source
+        for idea_id, state in self.ideas.items():
+            if state.phase in (Phase.NEW, Phase.DONE) or state.version != change.parent_version:
+                continue
+            try:
+                recipe = patched_source(old, state.patch, self.editable)
+                patch = rebase(state.patch, old, change.source, self.editable)
+                if patched_source(change.source, patch, self.editable) != recipe:
+                    continue  # a different recipe now: _carry_over tests it from scratch
+            except NotAdmitted:
+                continue  # _carry_over marks it STALE
+            self.moved[(idea_id, change.parent_version)] = change.version
+            state.phase, state.version, state.patch, state.tier = (
+                Phase.TESTING,
+                change.version,
+                patch,
+                0,
+            )
+            self.fingerprints.setdefault((change.version, fingerprint(recipe)), idea_id)
+            moved = patch_change(change.source, recipe)
+            if moved:
+                self.changes[change.version].append((idea_id, moved))
+            for tier in self.tiers:
+                for run in list(
+                    self.results.get((idea_id, change.parent_version, tier.index), {}).values()
+                ):
+                    self._carry_run(idea_id, change.version, tier.index, run)
+            if self.requested[(idea_id, change.version, 0)]:
+                self.tested_at[(change.version, 0)][idea_id] = None
+
+    def _carry_run(self, idea_id: str, version: int, tier: int, run: RunResult) -> None:
+        """An idea's successful run on an earlier version, as its run on `version`: the same
+        recipe on the same seed (token-budget tiers only)."""
+        if run.status is not RunStatus.OK or run.metric is None:
+            return
+        if self.tiers[tier].budget_kind is not BudgetKind.TOKENS:
+            return
+        key = (idea_id, version, tier)
+        if run.seed not in self.results[key]:
+            self.results[key][run.seed] = run
+            self.carried[key].add(run.seed)
+            self.requested[key].add(run.seed)
+            self.dirty[idea_id] = None
+            if tier == 0 or idea_id in self.tested_at[(version, tier)]:
+                self.baselines_dirty = True
+        newer = self.moved.get((idea_id, version))
+        if newer is not None:  # carried on again since
+            self._carry_run(idea_id, newer, tier, run)
 
     def carried_runs(self, idea_id: str, version: int) -> list[tuple[tuple[int, int], RunResult]]:
         """((tier, seed), run) of an idea's successful runs on `version` at token-budget tiers:

@@ -88,7 +88,8 @@ class AgentsConfig:
     # (one group may go without a count: it takes the rest)
     brain: str = "tpe"
     personas: str = "explorer,exploiter,combiner,ablator"  # assigned to agents in turn
-    max_in_flight: int = 2  # ideas one agent may have undecided at once (back-pressure)
+    # ideas one agent may have undecided below the top tier (and as many again on it)
+    max_in_flight: int = 2
     # heuristic and LLM researchers draw this many candidates per idea and send the one a
     # Gaussian process fitted to the findings rates best (agents/screening.py); 1: off
     screen: int = 1

@@ -117,12 +117,23 @@ class Sim:
         self.feed(idea)
         return idea
 
-    def run_all(self, limit: int = 1000) -> None:
+    def run(self, spec: RunSpec) -> RunResult:
+        base = self.ladder.champions[spec.champion_version].source
+        source = patched_source(base, spec.patch, "recipe.py") if spec.patch else base
+        result = self.runner(spec, source)
+        self.feed(result)
+        return result
+
+    def run_all(self, limit: int = 1000, hold: Callable[[RunSpec], bool] | None = None) -> None:
+        """Run the queue until it is empty; specs `hold` picks are left in it, not run."""
+        held: list[RunSpec] = []
         for _ in range(limit):
             if not self.queue:
+                self.queue = held
                 return
             spec = self.queue.pop(0)
-            base = self.ladder.champions[spec.champion_version].source
-            source = patched_source(base, spec.patch, "recipe.py") if spec.patch else base
-            self.feed(self.runner(spec, source))
+            if hold is not None and hold(spec):
+                held.append(spec)
+            else:
+                self.run(spec)
         raise AssertionError("the ladder kept asking for runs")

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 
 from agents.brain import Finding, Persona, Proposal
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
-from agents.recipe_constants import (
+from agents.researcher import Researcher
+from agents.search_space import Dimension, Kind, space_of, step
+from bus.champion_store import fingerprint
+from bus.messages import ChampionChange, ChangeKind
+from training.recipe_constants import (
     Change,
     Value,
     changes_between,
@@ -22,10 +26,6 @@ from agents.recipe_constants import (
     parse_value,
     with_values,
 )
-from agents.researcher import Researcher
-from agents.search_space import Dimension, Kind, space_of, step
-from bus.champion_store import fingerprint
-from bus.messages import ChampionChange, ChangeKind
 
 RECIPE = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 VERSION = 3

@@ -18,9 +18,8 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from scale_ladder.ladder import Ladder, LadderRefusal, Phase, tier_seed
-from scale_ladder.tiers import load_tiers
-from tests.ladder_sim import RECIPE, SIM_LADDER, Sim, make_ladder, ok_runner
+from scale_ladder.ladder import LadderRefusal, Phase, tier_seed
+from tests.ladder_sim import Sim, make_ladder, ok_runner
 
 
 def decisions(sim: Sim, idea_id: str, retests: bool = False) -> list[Decision]:
@@ -300,41 +299,6 @@ def test_a_baseline_seed_that_always_fails_does_not_block_the_tier(tmp_path: Pat
     assert champions(sim)[-1].idea_id == "idea-good"
 
 
-def test_champion_change_rebases_ideas_in_play_onto_it(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
-    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
-    sim.propose("idea-wd", "WD = 0.1->WD = 0.12")  # another line: still applies after stacking
-    held = [s for s in sim.queue if s.idea_id == "idea-wd"]
-    sim.queue = [s for s in sim.queue if s.idea_id != "idea-wd"]
-    sim.run_all()
-    assert champions(sim)[-1].idea_id == "idea-good"
-    sim.queue.extend(held)  # its v1 results come in late: recorded, not used for decisions
-    sim.run_all()
-    wd_specs = [s for s in sim.log if isinstance(s, RunSpec) and s.idea_id == "idea-wd"]
-    assert {(s.champion_version, s.tier) for s in wd_specs} >= {(1, 0), (2, 0)}
-    rebased = [s for s in wd_specs if s.champion_version == 2]
-    assert rebased[0].patch and "LR = 2.0" in rebased[0].patch  # context of v2, not v1
-    assert all(d.champion_version == 2 for d in decisions(sim, "idea-wd"))
-
-
-def test_stale_when_the_patch_no_longer_applies(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
-    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
-    sim.propose("idea-clash", "LR = 1.0->LR = 2.5")
-    for spec in list(sim.queue):  # hold idea-clash's runs back until idea-good has stacked
-        if spec.idea_id == "idea-clash":
-            sim.queue.remove(spec)
-    sim.run_all()
-    assert champions(sim)[-1].version == 2
-    (stale,) = decisions(sim, "idea-clash")
-    assert stale.verdict == Verdict.STALE and "v1 to v2" in stale.rule
-    assert sim.ladder.ideas["idea-clash"].phase is Phase.DONE
-
-
 def test_require_approval_holds_then_approve_stacks(tmp_path: Path) -> None:
     sim = Sim(make_ladder(tmp_path, require_approval=True))
     sim.step()
@@ -414,51 +378,6 @@ def test_retest_adds_fresh_seeds_up_to_max(tmp_path: Path) -> None:
     assert len({s.seed for s in specs if s.tier == 0}) <= 4
     assert decisions(sim, "idea-tiny")[-1].verdict in (Verdict.REJECT, Verdict.PROMOTE)
     assert all(s.seed >= tier_seed(s.tier, 0) for s in specs)
-
-
-def test_rebase_carries_an_edit_past_a_neighbouring_change_of_the_real_recipe() -> None:
-    from scale_ladder.admission import NotAdmitted, patched_source, rebase
-    from training.patching import make_patch as diff
-    from training.target_info import RECIPE
-
-    v1 = RECIPE.read_text()
-    v2 = v1.replace("LEARNING_RATE = 3e-3", "LEARNING_RATE = 4e-3", 1)
-    batch = diff(v1, v1.replace("BATCH_SIZE = 16", "BATCH_SIZE = 24", 1), "recipe.py")
-    carried = rebase(batch, v1, v2, "recipe.py")
-    merged = patched_source(v2, carried, "recipe.py")
-    assert "BATCH_SIZE = 24" in merged and "LEARNING_RATE = 4e-3" in merged
-    clash = diff(v1, v1.replace("LEARNING_RATE = 3e-3", "LEARNING_RATE = 2e-3", 1), "recipe.py")
-    with pytest.raises(NotAdmitted, match="conflicts with the new champion"):
-        rebase(clash, v1, v2, "recipe.py")
-    same = diff(v1, v2, "recipe.py")
-    with pytest.raises(NotAdmitted, match="already contains"):
-        rebase(same, v1, v2, "recipe.py")
-
-
-def test_a_time_budget_tier_is_baselined_again_after_a_stack(tmp_path: Path) -> None:
-    """Seconds budgets let machine load into the metric: their runs do not carry over."""
-    path = tmp_path / "ladder.toml"
-    text = SIM_LADDER.format(extra="")
-    large = text.index('name = "large"')
-    seconds = text[large:].replace('budget_kind = "tokens"', 'budget_kind = "seconds"')
-    path.write_text(text[:large] + seconds)
-    sim = Sim(Ladder(load_tiers(path), "recipe.py", RECIPE))
-    sim.step()
-    sim.run_all()
-    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
-    sim.run_all()
-    stacked = champions(sim)[-1]
-    assert stacked.version == 2 and stacked.carried_runs == 2  # tier 0's two seeds only
-    assert sorted(sim.ladder.results[("", 2, 0)]) == [0, 1]
-    assert not sim.ladder.results[("", 2, 1)]
-    sim.propose("idea-better", "LR = 2.0->LR = 2.5", version=2)
-    sim.run_all()
-    again = {
-        s.tier
-        for s in sim.log
-        if isinstance(s, RunSpec) and s.champion_version == 2 and not s.idea_id
-    }
-    assert again == {1}  # only tier 1 is baselined on v2, once an idea reaches it
 
 
 def test_a_patch_that_changes_no_code_or_cannot_compile_safely_is_refused(tmp_path: Path) -> None:

@@ -231,9 +231,10 @@ def test_the_shared_fold_leaves_each_researcher_as_a_fold_of_its_own_would(
 
     shared, alone = run(shared=True), run(shared=False)
     assert shared == alone
-    # Freed: r1 by its REJECT, r0 by its PROMOTE at the top tier, r2 by its STALE.
-    assert shared[1][-5:] == [[1], [], [0], [], [2]]
-    assert [i for freed in shared[1] for i in freed] == [1, 0, 2]
+    # Freed: r0 once its idea reached the top tier (room below it), r1 by its REJECT, r2 by
+    # its STALE.
+    assert shared[1][-5:] == [[1], [], [], [], [2]]
+    assert [i for freed in shared[1] for i in freed] == [0, 1, 2]
     assert shared[0][3][-1] == (0, 0.0)  # the idle one looks again on the new champion only
 
 
@@ -245,3 +246,37 @@ def test_a_researcher_reading_another_history_is_refused() -> None:
         SharedHistory(history, [*team_of(1, history), stranger])
     with pytest.raises(ValueError, match="synthetic"):
         Researcher("r", Scripted(None), "recipe.py", "synthetic", 1, 1, history=history)
+
+
+class Listed:
+    """A brain that proposes the given recipes in turn."""
+
+    def __init__(self, made: list[Proposal]) -> None:
+        self.made = iter(made)
+        self.persona = Persona.EXPLORER
+        self.label = "listed"
+
+    async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt:
+        return Attempt(next(self.made))
+
+
+async def test_ideas_waiting_on_the_top_tier_leave_room_for_new_ones_below_it() -> None:
+    """max_in_flight bounds a researcher's ideas below the top tier (twice it, all of them), so
+    a slow top tier does not leave the lower tiers without work."""
+    history = History("recipe.py", "bytelm")
+    (researcher,) = team = [
+        Researcher("r0", Listed(proposals(3)), "recipe.py", "bytelm", 1, 1, history=history)
+    ]
+    shared = SharedHistory(history, team)
+    shared.fold(CHAMPION)
+    first = await proposed(researcher)
+    assert researcher.busy
+    up = Decision("d1", first.idea_id, 0, Verdict.PROMOTE, 1, "gain", 0.05, 0.01, 2)
+    assert shared.fold(up) == [0]  # on the top tier now: room for one more below it
+    second = await proposed(researcher)
+    assert researcher.busy and researcher.in_flight == {first.idea_id, second.idea_id}
+    up = Decision("d2", second.idea_id, 0, Verdict.PROMOTE, 1, "gain", 0.05, 0.01, 2)
+    assert shared.fold(up) == []  # two on the top tier: twice max_in_flight in all
+    done = Decision("d3", first.idea_id, 1, Verdict.REJECT, 1, "no gain", -0.01, 0.01, 2)
+    assert shared.fold(done) == [0]
+    assert researcher.in_flight == {second.idea_id}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agents.hypotheses import describe
-from agents.recipe_constants import Change, constants, edit, parse_value
 from agents.search_space import Dimension, Kind, SpaceError, space_of, step
+from training.recipe_constants import Change, constants, edit, parse_value
 
 BYTELM = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 

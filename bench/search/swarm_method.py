@@ -26,7 +26,6 @@ from agents.brain import Persona
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.history import History, SharedHistory
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
-from agents.recipe_constants import constants, format_value
 from agents.researcher import Researcher
 from agents.screening import Screen
 from bench.search.sim import Config, Job, Param, Problem, Value
@@ -35,6 +34,7 @@ from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.rules import PromotionRule
 from scale_ladder.tiers import Tier, load_ladder
+from training.recipe_constants import constants, format_value
 
 LADDER = Path(__file__).resolve().parents[2] / "configs" / "ladder.toml"
 EDITABLE = "recipe.py"

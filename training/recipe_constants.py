@@ -2,7 +2,8 @@
 
 A recipe keeps its dials as top-level `UPPER_CASE = <literal>  # what it does` lines (see
 training/recipes/bytelm.py). Ideas that only move those dials are the cheapest to propose and the
-easiest to read in a trace, so the offline brains edit them here: found with `ast` (so a comment
+easiest to read in a trace, so the offline brains edit them here, and the ladder carries such an
+idea over to a new champion by value (scale_ladder/admission.py): found with `ast` (so a comment
 or a string that looks like an assignment is never touched) and rewritten in place, keeping the
 rest of the file byte-identical so the diff an idea carries is exactly the line it changed. How
 far each may move is the search space's business (agents/search_space.py).
@@ -15,7 +16,7 @@ import functools
 import math
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -169,24 +170,34 @@ def with_values(source: str, values: Mapping[str, Value]) -> str:
 def edit(source: str, values: Mapping[str, Value]) -> tuple[str, tuple[Change, ...]]:
     """`with_values`, and the same changes `changes_between` would find, without a re-parse."""
     sites = _sites(source)
-    unknown = [name for name in values if name not in sites]
-    if unknown:
-        raise KeyError(f"no constant named {', '.join(unknown)} in the recipe")
-    lines = source.split("\n")
-    # Edit from the bottom up so earlier offsets stay valid (two constants may share a line).
-    for name in sorted(values, key=lambda n: sites[n].start, reverse=True):
-        site = sites[name]
-        (first, col), (last, end_col) = site.start, site.end
-        head = lines[first - 1].encode()[:col]
-        tail = lines[last - 1].encode()[end_col:]
-        edited = (head + format_value(values[name]).encode() + tail).decode()
-        lines[first - 1 : last] = [edited]
+    edited = _write(source, {name: format_value(value) for name, value in values.items()})
     changes = tuple(
         Change(name, sites[name].text, format_value(values[name]))
         for name in sorted(values, key=lambda n: sites[n].start)
         if not same_value(sites[name].constant.value, values[name])
     )
-    return "\n".join(lines), changes
+    return edited, changes
+
+
+def with_written(source: str, changes: Sequence[Change]) -> str:
+    """The source with each change's constant set to its new value written as it was."""
+    return _write(source, {change.name: change.new for change in changes})
+
+
+def _write(source: str, texts: Mapping[str, str]) -> str:
+    sites = _sites(source)
+    unknown = [name for name in texts if name not in sites]
+    if unknown:
+        raise KeyError(f"no constant named {', '.join(unknown)} in the recipe")
+    lines = source.split("\n")
+    # Edit from the bottom up so earlier offsets stay valid (two constants may share a line).
+    for name in sorted(texts, key=lambda n: sites[n].start, reverse=True):
+        site = sites[name]
+        (first, col), (last, end_col) = site.start, site.end
+        head = lines[first - 1].encode()[:col]
+        tail = lines[last - 1].encode()[end_col:]
+        lines[first - 1 : last] = [(head + texts[name].encode() + tail).decode()]
+    return "\n".join(lines)
 
 
 def changes_between(old_source: str, new_source: str) -> tuple[Change, ...]:
