@@ -113,6 +113,10 @@ class OptunaTpe(_TopIncumbent):
         with warnings.catch_warnings():  # ExperimentalWarning, should a default become one
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self._study = optuna.create_study(
+                # HyperbandPruner picks each trial's bracket from a hash of the study's name: a
+                # fixed name makes a run reproducible (docs/benchmarks.md: how far a random one
+                # moved the medians).
+                study_name=f"{self.name}-{problem.name}-{seed}",
                 direction="minimize",
                 sampler=optuna.samplers.TPESampler(seed=seed),
                 pruner=chosen,
