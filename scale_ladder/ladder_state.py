@@ -161,13 +161,16 @@ class LadderState:
             if champion is not None:
                 with contextlib.suppress(NotAdmitted):  # only the ladder's own specs count
                     source = patched_source(champion.source, spec.patch, self.editable)
-                    key = (spec.champion_version, fingerprint(source))
-                    self.fingerprints.setdefault(key, spec.idea_id)
-                    change = patch_change(champion.source, source)
-                    if change:
-                        self.changes[spec.champion_version].append((spec.idea_id, change))
+                    self._tried_on(champion, spec.idea_id, source)
         state.phase, state.version, state.patch = Phase.TESTING, spec.champion_version, spec.patch
         state.tier = spec.tier
+
+    def _tried_on(self, champion: ChampionChange, idea_id: str, recipe: str) -> None:
+        """Index an idea's recipe on a champion, for the duplicate checks of later ideas."""
+        self.fingerprints.setdefault((champion.version, fingerprint(recipe)), idea_id)
+        change = patch_change(champion.source, recipe)
+        if change:
+            self.changes[champion.version].append((idea_id, change))
 
     def _observe_result(self, result: RunResult) -> None:
         slot = self.results[(result.idea_id, result.champion_version, result.tier)]
@@ -249,24 +252,16 @@ class LadderState:
                 patch,
                 0,
             )
-            self.fingerprints.setdefault((change.version, fingerprint(recipe)), idea_id)
-            moved = patch_change(change.source, recipe)
-            if moved:
-                self.changes[change.version].append((idea_id, moved))
-            for tier in self.tiers:
-                for run in list(
-                    self.results.get((idea_id, change.parent_version, tier.index), {}).values()
-                ):
-                    self._carry_run(idea_id, change.version, tier.index, run)
+            self._tried_on(change, idea_id, recipe)
+            for (tier, _), run in self.carried_runs(idea_id, change.parent_version):
+                self._carry_run(idea_id, change.version, tier, run)
             if self.requested[(idea_id, change.version, 0)]:
                 self.tested_at[(change.version, 0)][idea_id] = None
 
     def _carry_run(self, idea_id: str, version: int, tier: int, run: RunResult) -> None:
         """An idea's successful run on an earlier version, as its run on `version`: the same
         recipe on the same seed (token-budget tiers only)."""
-        if run.status is not RunStatus.OK or run.metric is None:
-            return
-        if self.tiers[tier].budget_kind is not BudgetKind.TOKENS:
+        if not self._reusable(tier, run):
             return
         key = (idea_id, version, tier)
         if run.seed not in self.results[key]:
@@ -285,12 +280,16 @@ class LadderState:
         once it is stacked onto `version`, runs of the new champion's recipe."""
         carried = []
         for tier in self.tiers:
-            if tier.budget_kind is not BudgetKind.TOKENS:
-                continue
             for seed, run in sorted(self.results.get((idea_id, version, tier.index), {}).items()):
-                if run.status is RunStatus.OK and run.metric is not None:
+                if self._reusable(tier.index, run):
                     carried.append(((tier.index, seed), run))
         return carried
+
+    def _reusable(self, tier: int, run: RunResult) -> bool:
+        """A run that stands for its recipe on its seed wherever that recipe is tested: it
+        succeeded, on a token budget (a seed's run is reproducible)."""
+        ok = run.status is RunStatus.OK and run.metric is not None
+        return ok and self.tiers[tier].budget_kind is BudgetKind.TOKENS
 
     def noise_at(self, version: int, tier: int) -> Noise:
         """The paired-difference noise of the ideas run at (version, tier)."""

@@ -12,7 +12,16 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
+from bus.messages import (
+    ChampionChange,
+    Decision,
+    Idea,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    Verdict,
+)
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_tiers
@@ -137,3 +146,26 @@ class Sim:
             else:
                 self.run(spec)
         raise AssertionError("the ladder kept asking for runs")
+
+
+def started(ladder: Ladder) -> Sim:
+    """A Sim whose ladder has made champion v1 and run its first baselines."""
+    sim = Sim(ladder)
+    sim.step()
+    sim.run_all()
+    return sim
+
+
+def decisions(sim: Sim, idea_id: str, retests: bool = False) -> list[Decision]:
+    """The idea's decisions; RETESTs (asking for another seed) only when asked for."""
+    return [
+        m
+        for m in sim.log
+        if isinstance(m, Decision)
+        and m.idea_id == idea_id
+        and (retests or m.verdict is not Verdict.RETEST)
+    ]
+
+
+def champions(sim: Sim) -> list[ChampionChange]:
+    return [m for m in sim.log if isinstance(m, ChampionChange)]

@@ -13,14 +13,12 @@ from ledger.readback import KIND_ORDER, read_messages
 from ledger.schema import TIMESTAMP_FIELDS
 from swarm.audit import Audit, audit_ledger
 from tests.conftest import run_swarm
-from tests.ladder_sim import Sim, make_ladder
+from tests.ladder_sim import make_ladder, started
 
 
 def a_swarm_history(tmp_path: Path) -> list[Message]:
     """A real ladder's events: a win stacked into v2, a loss rejected, all drained."""
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-bad", "WD = 0.1->WD = 0.9")
     sim.run_all()

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from bus.messages import (
-    ChampionChange,
     ChangeKind,
     Decision,
     Idea,
@@ -19,22 +18,7 @@ from bus.messages import (
     Verdict,
 )
 from scale_ladder.ladder import LadderRefusal, Phase, tier_seed
-from tests.ladder_sim import Sim, make_ladder, ok_runner
-
-
-def decisions(sim: Sim, idea_id: str, retests: bool = False) -> list[Decision]:
-    """The idea's decisions; RETESTs (asking for another seed) only when asked for."""
-    return [
-        m
-        for m in sim.log
-        if isinstance(m, Decision)
-        and m.idea_id == idea_id
-        and (retests or m.verdict is not Verdict.RETEST)
-    ]
-
-
-def champions(sim: Sim) -> list[ChampionChange]:
-    return [m for m in sim.log if isinstance(m, ChampionChange)]
+from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_runner, started
 
 
 def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
@@ -49,9 +33,7 @@ def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
 
 
 def test_a_real_win_climbs_every_tier_and_is_stacked(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.run_all()
     verdicts = [(d.tier, d.verdict) for d in decisions(sim, "idea-good", retests=True)]
@@ -84,9 +66,7 @@ def test_a_real_win_climbs_every_tier_and_is_stacked(tmp_path: Path) -> None:
 
 
 def test_a_loss_is_rejected_and_a_noop_or_bad_patch_refused(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-bad", "LR = 1.0->LR = 0.5")
     sim.propose("idea-off", "WD = 0.1->WD = 0.1 ")
     sim.propose("idea-other", "LR = 1.0->LR = 2.0", target="command")
@@ -170,9 +150,7 @@ def test_a_threshold_of_one_refuses_identical_normalised_changes_only(tmp_path: 
 
 
 def test_a_replayed_ladder_makes_the_same_near_duplicate_decision(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-a", "LR = 1.0->LR = 2.0")
     sim.propose("idea-wd", "WD = 0.1->WD = 0.3")
     sim.run_all()  # idea-a is stacked: v2; idea-wd is carried over to it
@@ -332,9 +310,7 @@ def test_reject_by_a_person_and_revert(tmp_path: Path) -> None:
 
 
 def test_replay_rebuilds_the_same_state_and_acts_no_more(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     for i, change in enumerate(["LR = 1.0->LR = 2.0", "WD = 0.1->WD = 0.3", "LR = 1.0->LR = 1.2"]):
         sim.propose(f"idea-{i}", change)
     sim.run_all()

@@ -8,18 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bus.messages import ChampionChange, Decision, RunResult, RunSpec, Verdict
+from bus.messages import RunResult, RunSpec, Verdict
 from scale_ladder.ladder import Ladder, Phase
 from scale_ladder.tiers import load_tiers
-from tests.ladder_sim import RECIPE, SIM_LADDER, Sim, make_ladder
-
-
-def decisions(sim: Sim, idea_id: str) -> list[Decision]:
-    return [m for m in sim.log if isinstance(m, Decision) and m.idea_id == idea_id]
-
-
-def champions(sim: Sim) -> list[ChampionChange]:
-    return [m for m in sim.log if isinstance(m, ChampionChange)]
+from tests.ladder_sim import RECIPE, SIM_LADDER, Sim, champions, decisions, make_ladder, started
 
 
 def idea_specs(sim: Sim, idea_id: str, version: int) -> list[RunSpec]:
@@ -31,9 +23,7 @@ def idea_specs(sim: Sim, idea_id: str, version: int) -> list[RunSpec]:
 
 
 def test_champion_change_rebases_ideas_in_play_onto_it(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-wd", "WD = 0.1->WD = 0.12")  # another line: still applies after stacking
     held = [s for s in sim.queue if s.idea_id == "idea-wd"]
@@ -50,9 +40,7 @@ def test_champion_change_rebases_ideas_in_play_onto_it(tmp_path: Path) -> None:
 
 
 def test_stale_when_the_patch_no_longer_applies(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-clash", "LR = 1.0->LR = 2.5 * 1")  # code on the same line: no value to set
     for spec in list(sim.queue):  # hold idea-clash's runs back until idea-good has stacked
@@ -120,9 +108,7 @@ def test_a_time_budget_tier_is_baselined_again_after_a_stack(tmp_path: Path) -> 
 def _two_ideas_one_stacks_first(tmp_path: Path) -> Sim:
     """idea-good (LR 2.0) stacks while idea-best (LR 3.0, the optimum) is still climbing: the
     stack changes only LR, which idea-best sets itself, so its recipe stays the same."""
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-best", "LR = 1.0->LR = 3.0")
     sim.run_all()
@@ -140,7 +126,7 @@ def test_an_idea_whose_recipe_a_stack_leaves_unchanged_keeps_its_runs(tmp_path: 
         for m in sim.log[:stacked_at]
         if isinstance(m, RunResult) and m.idea_id == "idea-best"
     }
-    on_v2 = [d for d in decisions(sim, "idea-best") if d.champion_version == 2]
+    on_v2 = [d for d in decisions(sim, "idea-best", retests=True) if d.champion_version == 2]
     assert [d.tier for d in on_v2 if d.verdict is Verdict.PROMOTE] == [0, 1]
     first = on_v2[0]  # judged against v2 on the runs it made on v1: none made again
     carried = json.loads(first.details)["carried_seeds"]
@@ -162,9 +148,7 @@ def test_a_replayed_ladder_rebuilds_the_carried_ideas_and_acts_no_more(tmp_path:
 
 
 def test_a_run_that_finishes_after_its_idea_was_carried_over_is_used(tmp_path: Path) -> None:
-    sim = Sim(make_ladder(tmp_path))
-    sim.step()
-    sim.run_all()
+    sim = started(make_ladder(tmp_path))
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-best", "LR = 1.0->LR = 3.0")
     # idea-best's runs beyond its first stay queued while idea-good climbs and stacks.
