@@ -13,6 +13,15 @@ champion version). An idea starts each tier on one seed and gets more only while
 open (racing, rules.py). A new champion rebases every idea still in play onto it (back to tier
 0; with its runs, when its recipe is unchanged) or marks it STALE; its baseline at each tier
 starts from the stacked idea's runs (ladder_state.py) and only the seeds still missing are run.
+
+A tier whose baseline has the same metric on every seed (two or more: rules.seed_ignored) is
+held: its ideas get no verdict and wait, TESTING, with their runs. The baseline there is run on
+the tier's `max_seeds` seeds (one equal pair can be a coarsely printed metric), and once they
+are in, still equal, one Decision says so: HELD, idea "" (the champion's, as for baseline
+RunSpecs), rule `seed_ignored: …` naming the seeds and the fix, id `dec-seed-ignored-v…-t…`,
+published once per champion and tier. A seed with another metric lifts the hold for good (a
+baseline's metrics only accumulate) and the waiting ideas are decided on all their evidence.
+The hold is derived from the runs, never folded from that Decision, so a replay holds the same.
 """
 
 from __future__ import annotations
@@ -39,7 +48,14 @@ from scale_ladder.ladder_state import (
     tier_seed,
 )
 from scale_ladder.near_duplicates import nearest, patch_change
-from scale_ladder.rules import Evidence, Outcome, decide
+from scale_ladder.rules import (
+    SEED_IGNORED,
+    Evidence,
+    Outcome,
+    decide,
+    seed_ignored,
+    seed_ignored_reason,
+)
 from training.patching import make_patch
 
 __all__ = ["Ladder", "LadderRefusal", "Phase", "tier_seed"]
@@ -182,6 +198,8 @@ class Ladder(LadderState):
             elif self.baseline_finished[(state.version, state.tier, seed)] < BASELINE_ATTEMPTS:
                 return  # the baseline of this seed is still coming (or will be tried again)
         outcome = decide(self.tiers[state.tier].rule, self._evidence(state, pairs))
+        if outcome.verdict is Verdict.HELD:
+            return  # the baseline ignores its seed: wait, undecided (_baselines says why)
         self._apply(state, outcome, pairs)
 
     def _evidence(self, state: IdeaState, pairs: dict[int, float]) -> Evidence:
@@ -189,7 +207,10 @@ class Ladder(LadderState):
         idea = {s: r.metric for s, r in self.results[key].items() if r.metric is not None}
         sigma = self.sigma_for(state.version, state.tier)
         peers = [g for i, g in self.gains[(state.version, state.tier)].items() if i != key[0]]
-        return Evidence(idea, pairs, sigma, peers, self.lower_is_better)
+        # The whole tier's baseline, not just the pairs: rules.decide holds an idea when it
+        # ignores the seed, whichever seeds the idea has (the pairs are the seeds in both).
+        baseline = self.baseline_metrics(state.version, state.tier)
+        return Evidence(idea, baseline, sigma, peers, self.lower_is_better)
 
     def _apply(self, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
         key = (state.idea.idea_id, state.version, state.tier)
@@ -251,7 +272,8 @@ class Ladder(LadderState):
         champion changes; a higher tier when the first idea reaches it on this champion (its
         baseline then runs alongside that idea's runs), so a new champion does not hold every
         trainer on top-tier baselines before any idea can use them. A failed baseline run is
-        tried again, up to BASELINE_ATTEMPTS times per seed."""
+        tried again, up to BASELINE_ATTEMPTS times per seed. A held tier's baseline is run on
+        the tier's `max_seeds` seeds, then the hold is published (see the module's docstring)."""
         version = self.current
         for tier in self.tiers:
             needed: set[int] = set()
@@ -259,6 +281,11 @@ class Ladder(LadderState):
                 needed |= self.requested[(idea_id, version, tier.index)]
             if tier.index == 0 or needed:
                 needed.add(tier_seed(tier.index, 0))
+                if seed_ignored(self.baseline_metrics(version, tier.index)):
+                    probes = {tier_seed(tier.index, i) for i in range(tier.rule.max_seeds)}
+                    if all(self._baseline_settled(version, tier.index, s) for s in probes):
+                        self._hold(version, tier.index)
+                    needed |= probes
             for seed in sorted(needed):
                 tries = self.baseline_tries[(version, tier.index, seed)]
                 if self._baseline_ok(version, tier.index, seed) or tries >= BASELINE_ATTEMPTS:
@@ -266,6 +293,38 @@ class Ladder(LadderState):
                 if tries > self.baseline_finished[(version, tier.index, seed)]:
                     continue  # an attempt is still running
                 self._emit(self._spec("", version, tier.index, seed, "", attempt=tries))
+
+    def _baseline_settled(self, version: int, tier: int, seed: int) -> bool:
+        """The baseline of this seed is in, or failed for good."""
+        finished = self.baseline_finished[(version, tier, seed)]
+        return self._baseline_ok(version, tier, seed) or finished >= BASELINE_ATTEMPTS
+
+    def _hold(self, version: int, tier: int) -> None:
+        """Say, once per champion and tier, that the tier is held because its baseline ignores
+        the seed. Its ideas wait (rules.decide answers HELD for them); no idea is named."""
+        decision_id = f"dec-{SEED_IGNORED.replace('_', '-')}-v{version}-t{tier}"
+        if decision_id in self.seen:
+            return
+        metrics = self.baseline_metrics(version, tier)
+        seeds = seed_ignored(metrics)
+        waiting = [
+            i
+            for i, state in self.ideas.items()
+            if state.phase is Phase.TESTING and (state.version, state.tier) == (version, tier)
+        ]
+        details = {"seeds": seeds, "baseline": [metrics[s] for s in seeds], "waiting": waiting}
+        self._emit(
+            Decision(
+                decision_id=decision_id,
+                idea_id="",
+                tier=tier,
+                verdict=Verdict.HELD,
+                champion_version=version,
+                rule=seed_ignored_reason(seeds, metrics[seeds[0]], tier),
+                n=len(seeds),
+                details=json.dumps(details),
+            )
+        )
 
     # --- what people may ask ----------------------------------------------------------------
 

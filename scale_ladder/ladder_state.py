@@ -291,16 +291,24 @@ class LadderState:
         ok = run.status is RunStatus.OK and run.metric is not None
         return ok and self.tiers[tier].budget_kind is BudgetKind.TOKENS
 
+    def baseline_metrics(self, version: int, tier: int) -> dict[int, float]:
+        """seed -> metric of the champion's successful runs at (version, tier)."""
+        baseline = self.results.get(("", version, tier), {})
+        return {
+            s: r.metric
+            for s, r in baseline.items()
+            if r.status is RunStatus.OK and r.metric is not None
+        }
+
     def noise_at(self, version: int, tier: int) -> Noise:
         """The paired-difference noise of the ideas run at (version, tier)."""
-        baseline = self.results.get(("", version, tier), {})
-        base = {s: r.metric for s, r in baseline.items() if r.metric is not None}
+        base = self.baseline_metrics(version, tier)
         groups = []
         for other in self.tested_at.get((version, tier), {}):
             runs = self.results.get((other, version, tier), {})
             mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
             groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
-        return noise(groups)
+        return noise(groups, max((abs(v) for v in base.values()), default=0.0))
 
     def sigma_for(self, version: int, tier: int) -> float | None:
         """σ_d at a tier: pooled over this champion's pairs when there are enough, else over

@@ -13,6 +13,16 @@ An idea whose gain is clearly below the minimum is rejected; an inconclusive one
 (RETEST) up to `max_seeds`, then is rejected. Every outcome carries the numbers and the rule that
 fired. See ../shared/LADDER-NOTES.md for why.
 
+Seed honesty. A zero spread is no noise estimate: a σ_d of 0, missing, NaN, or at the level of
+floating-point rounding of the metrics (`measured`) never passes the noise gate, so a gain on
+paired differences that are equal on every seed is inconclusive (RETEST up to `max_seeds`, then
+rejected), though one below the minimum is still rejected at once (a change that does nothing,
+on a trainer that is deterministic per seed, pairs to exactly 0). And a champion whose metric is
+exactly equal on two or more seeds at a tier (`seed_ignored`) ignores its seed: every paired
+comparison there is one number repeated, so `decide` answers HELD (`SEED_IGNORED`) instead of a
+verdict, whatever the idea's runs say; the ladder holds the tier until a seed gives a different
+metric. An idea whose own metrics are equal across seeds while the baseline's vary is rejected.
+
 Racing (SMAC's intensifier, with our paired gate): once the tier has a pooled σ_d (Evidence's
 `pooled_sigma`, from other ideas' pairs), one seed can settle a verdict, and an open idea doubles
 its seeds (1 → 2 → 4 …) only while it could still clear the gate at `max_seeds`: it is rejected
@@ -33,6 +43,10 @@ from dataclasses import dataclass
 from bus.messages import Verdict
 
 MIN_PAIRS_FOR_POOLED_SIGMA = 6
+# A σ_d this small next to the metrics is float rounding, not seed noise (a change that shifts
+# the reported metric by a constant pairs to the same gain on every seed, up to rounding).
+ROUNDING = 1e-12
+SEED_IGNORED = "seed_ignored"  # the rule of a tier held because its baseline ignores the seed
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,25 +99,60 @@ class Noise:
 
     @property
     def sigma(self) -> float | None:
-        """None below MIN_PAIRS_FOR_POOLED_SIGMA pairs."""
+        """None below MIN_PAIRS_FOR_POOLED_SIGMA pairs, or when the spread is 0 or not finite."""
         if self.pairs < MIN_PAIRS_FOR_POOLED_SIGMA or self.dof == 0:
             return None
-        return math.sqrt(self.squares / self.dof)
+        sigma = math.sqrt(self.squares / self.dof)
+        return sigma if measured(sigma) else None
 
 
-def noise(groups: Sequence[Sequence[float]]) -> Noise:
+def noise(groups: Sequence[Sequence[float]], scale: float = 0.0) -> Noise:
+    """Pooled totals over groups of paired gains, from metrics of size `scale`."""
     # A group whose gains are all equal is a change that does nothing the seed can see (an
     # unused constant, say): its zero spread says nothing of the noise, and three of them
-    # would pool to a σ_d of 0, a gate of 0 (found by a red team).
-    usable = [g for g in groups if len(g) >= 2 and len(set(g)) > 1]
-    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in usable)
-    return Noise(squares, sum(len(g) - 1 for g in usable), sum(len(g) for g in usable))
+    # would pool to a σ_d of 0, a gate of 0 (found by a red team). Equal up to the rounding of
+    # the metrics (a constant shift of the reported metric) is the same: its degrees of
+    # freedom would dilute the others' spread towards 0.
+    total = Noise()
+    for g in groups:
+        if len(g) < 2 or len(set(g)) == 1:
+            continue
+        mean = statistics.fmean(g)
+        squares = sum((x - mean) ** 2 for x in g)
+        if measured(math.sqrt(squares / len(g)), scale):
+            total += Noise(squares, len(g) - 1, len(g))
+    return total
 
 
-def pooled_sigma(groups: Sequence[Sequence[float]]) -> float | None:
+def pooled_sigma(groups: Sequence[Sequence[float]], scale: float = 0.0) -> float | None:
     """σ of one paired difference, pooled over groups (each idea's own gains, around its own
     mean, so real effects do not count as noise). None below MIN_PAIRS_FOR_POOLED_SIGMA."""
-    return noise(groups).sigma
+    return noise(groups, scale).sigma
+
+
+def measured(sigma: float | None, scale: float = 0.0) -> bool:
+    """Whether σ_d is a noise estimate a gate may use: finite and above the rounding of metrics
+    of size `scale`. A σ_d of 0 would make the gate 0, passed by any gain at all."""
+    return sigma is not None and math.isfinite(sigma) and sigma > ROUNDING * abs(scale)
+
+
+def seed_ignored(metrics: Mapping[int, float]) -> list[int]:
+    """The seeds, sorted, when the metrics on two or more seeds are all exactly equal: a run
+    that ignores its seed. Otherwise []."""
+    if len(metrics) >= 2 and len(set(metrics.values())) == 1:
+        return sorted(metrics)
+    return []
+
+
+def seed_ignored_reason(seeds: Sequence[int], metric: float, tier: int | None = None) -> str:
+    """What a tier held for `seed_ignored` tells the user (the rule of its Decision)."""
+    at = "" if tier is None else f" at tier {tier}"
+    return (
+        f"{SEED_IGNORED}: the champion's metric is identical ({metric!r}) on seeds "
+        f"{list(seeds)}{at}: the run ignores its seed; pass SWARM_SEED / {{seed}} to the "
+        "training command (and start afresh: the runs so far all used one seed). Ideas at this "
+        "tier wait undecided until a seed gives another metric."
+    )
 
 
 def least_seeds(rule: PromotionRule, pooled: float | None) -> int:
@@ -115,21 +164,28 @@ def least_seeds(rule: PromotionRule, pooled: float | None) -> int:
 def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
     gains = paired_gains(evidence)
     n = len(gains)
-    racing = evidence.pooled_sigma is not None
-    least = least_seeds(rule, evidence.pooled_sigma)
+    held = seed_ignored(evidence.baseline)
+    if held:  # every pair would compare one number with another: nothing to decide on
+        reason = seed_ignored_reason(held, evidence.baseline[held[0]])
+        return Outcome(Verdict.HELD, reason, None, None, n)
+    scale = max((abs(v) for v in evidence.baseline.values()), default=0.0)
+    pooled = evidence.pooled_sigma if measured(evidence.pooled_sigma, scale) else None
+    racing = pooled is not None
+    least = least_seeds(rule, pooled)
     if n < least:
         return _more(rule, least, n, None, None, f"{n} of {least} paired seeds in")
+    paired = set(evidence.idea) & set(evidence.baseline)
     idea_values = [evidence.idea[s] for s in sorted(evidence.idea)]
-    if n >= 2 and len(set(idea_values)) == 1 and len(set(evidence.baseline.values())) > 1:
+    # Equal on the same seeds as the baseline is equal too: no fault of the idea's (σ_d is 0).
+    if n >= 2 and len(set(idea_values)) == 1 and len({evidence.baseline[s] for s in paired}) > 1:
         reason = "identical metrics across seeds: the recipe ignores the seed"
         return Outcome(Verdict.REJECT, reason, statistics.fmean(gains), None, n)
     delta = statistics.fmean(gains)
-    sigma = evidence.pooled_sigma
+    sigma = pooled
     if sigma is None and n >= 2:
         sigma = statistics.stdev(gains)
     if sigma is None:
         return _more(rule, n + 1, n, delta, None, "no noise estimate yet")
-    paired = set(evidence.idea) & set(evidence.baseline)
     baseline_mean = statistics.fmean(evidence.baseline[s] for s in paired)
     needed = rule.min_improvement * abs(baseline_mean)
     gate = rule.sigmas * sigma / math.sqrt(n)
@@ -137,7 +193,9 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         f"gain {delta:.4g} (n={n}), noise gate {rule.sigmas:g}σ/√n = {gate:.4g}, "
         f"minimum {needed:.4g}"
     )
-    if delta - gate > 0 and delta >= needed:
+    if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
+        numbers += "; σ_d ≈ 0 (the paired gains are equal on every seed): no noise estimate"
+    elif delta - gate > 0 and delta >= needed:
         return _rank_gate(rule, evidence, delta, sigma, n, numbers)
     if delta + gate < needed:
         return Outcome(Verdict.REJECT, f"clearly below the minimum: {numbers}", delta, sigma, n)

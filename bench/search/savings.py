@@ -74,7 +74,8 @@ def through_ladder(problem: Problem, ideas: Sequence[Config], rule: Mapping[str,
         for message in messages:
             if isinstance(message, RunSpec):
                 queue.append(message)
-            elif isinstance(message, Decision) and message.tier == top:
+            elif isinstance(message, Decision) and message.tier == top and message.idea_id:
+                # (a Decision with no idea holds a whole tier: its baseline ignores the seed)
                 if message.verdict is Verdict.HELD:
                     held.append(message.idea_id)
                 if message.delta is not None:
