@@ -102,6 +102,9 @@ class Desk:
     tried: frozenset[str]  # fingerprints of recipes already tried on this champion
     sources: Mapping[int, str] = field(default_factory=dict)  # each champion version's recipe
     lower_is_better: bool = True  # the target's metric
+    # names and globs of constants the project holds fixed (agents/fixed_constants.py): no
+    # brain moves them, and the LLM prompt says so
+    fixed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,9 @@ class Attempt:
     why_not: str = ""  # no proposal: why
     failed: bool = False  # an API error or an unusable answer: back off before the next try
     stopped: bool = False  # the budget is spent: propose no more
+    # an offline brain found no constant it may move in the champion: `why_not` says why, and
+    # the researcher tells the swarm once per champion (a new one may have some)
+    nothing_to_move: bool = False
 
 
 class Brain(Protocol):

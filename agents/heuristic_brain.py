@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
+from agents.fixed_constants import held, nothing_to_move
 from agents.hypotheses import clip, describe, short, step_text
 from agents.search_space import Dimension, Kind, SpaceError, distance, space_of, step
 from bus.champion_store import fingerprint
@@ -65,6 +66,7 @@ class _Board:
     constants: Mapping[str, Constant]
     findings: tuple[Finding, ...]
     space: Mapping[tuple[str, int | None], Dimension]  # (constant, tuple index) -> dimension
+    held: frozenset[str]  # constants held fixed (agents/fixed_constants.py): never moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +106,12 @@ def _slots(board: _Board) -> list[tuple[Dimension, Scalar]]:
 
 
 def _inside(board: _Board, values: Mapping[str, Value]) -> bool:
-    """Every value within its dimension of the recipe's space (values outside the space's
-    dimensions, e.g. a constant that is fixed, are the champion's own or a finding's)."""
+    """Every value within its dimension of the recipe's space, and no constant held fixed moved
+    (the combiner and the ablator copy a finding's values, which an LLM may have written; other
+    values outside the space's dimensions are the champion's own or a finding's)."""
     for name, value in values.items():
+        if name in board.held and not same_value(board.constants[name].value, value):
+            return False
         indexed = enumerate(value) if isinstance(value, tuple) else [(None, value)]
         for index, x in indexed:
             d = board.space.get((name, index))
@@ -129,11 +134,19 @@ class HeuristicBrain:
         champion_version: int,
         findings: Sequence[Finding],
         tried: Collection[str],
+        fixed: Collection[str] = (),
     ) -> Proposal | None:
-        """A new, untried recipe built from the champion, or None if every move is spent."""
-        space = {(d.constant, d.index): d for d in space_of(champion_source).dimensions}
+        """A new, untried recipe built from the champion, or None if every move is spent.
+        Constants matching `fixed` (names or globs) stay as they are."""
+        space = {(d.constant, d.index): d for d in space_of(champion_source, fixed).dimensions}
+        found = constants(champion_source)
         board = _Board(
-            champion_source, champion_version, constants(champion_source), tuple(findings), space
+            champion_source,
+            champion_version,
+            found,
+            tuple(findings),
+            space,
+            frozenset(held(found, fixed)),
         )
         moves = {
             Persona.EXPLORER: self._explore,
@@ -340,7 +353,12 @@ class OfflineBrain:
 
     async def propose(self, desk: Desk, idea_id: str, trace_id: str) -> Attempt:
         try:
-            proposal = self.search.propose(desk.source, desk.version, desk.findings, desk.tried)
+            proposal = self.search.propose(
+                desk.source, desk.version, desk.findings, desk.tried, desk.fixed
+            )
+            if proposal is None and not space_of(desk.source, desk.fixed).dimensions:
+                why = nothing_to_move(constants(desk.source), desk.editable, desk.fixed)
+                return Attempt(None, why_not=why, nothing_to_move=True)
         except SpaceError as exc:  # the recipe's own declaration: say so, and look again later
             return Attempt(None, why_not=f"the recipe's search space: {exc}", failed=True)
         except (ValueError, OverflowError, MemoryError, RecursionError) as exc:

@@ -77,6 +77,7 @@ class HostOptions:
     meta_min_outcomes: int = 4
     meta_brain: str = ""  # empty: the first LLM group's
     screen: int = 1  # candidates a heuristic or LLM researcher draws per idea (1: no screening)
+    fixed: frozenset[str] = frozenset()  # constants no brain moves (agents/fixed_constants.py)
 
 
 @dataclass(slots=True)
@@ -134,6 +135,7 @@ def make_team(options: HostOptions) -> Team:
                     options.cooldown_s,
                     team.history,
                     None if group.brain in MODEL_BRAINS else screen,  # a model is its own screen
+                    options.fixed,
                 )
             )
             i += 1

@@ -2,7 +2,8 @@
 
 A prompt is a cached prefix and a varying part. The prefix changes rarely, so the API caches it:
 the researcher template (agents/prompts/researcher.md) filled with the research direction
-(configs/program.md), the researcher's strategy file, the answer format and the champion recipe.
+(configs/program.md), the researcher's strategy file, the answer format, the constants the project
+holds fixed (agents/fixed_constants.py) and the champion recipe.
 The varying part is what the swarm learned since: recent findings, near-misses, failures with
 their log tails, what is in play, and the researcher's own recent attempts. Each section keeps
 its newest entries within a fixed count, so a prompt stays the same size however long the swarm
@@ -18,6 +19,8 @@ from typing import TypeVar
 
 from agents.answer_protocol import FORMAT
 from agents.brain import Desk, Failure, Finding
+from agents.fixed_constants import held
+from training.recipe_constants import constants
 
 T = TypeVar("T")
 PROMPTS = Path(__file__).parent / "prompts"
@@ -44,6 +47,23 @@ def researcher_prefix(desk: Desk, program: str, strategy: str) -> str:
         format=FORMAT.strip(),
         version=desk.version,
         recipe=desk.source.rstrip(),
+        fixed=_fixed(desk),
+    )
+
+
+def _fixed(desk: Desk) -> str:
+    """The sentence naming the champion's constants no one should move, with a paragraph break
+    before it; empty when there are none."""
+    try:
+        names = held(constants(desk.source), desk.fixed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""  # not Python (any file may be the editable one): no constants to name
+    if not names:
+        return ""
+    return (
+        "\n\nLeave these constants as they are: the project holds them fixed (by a `search: "
+        "fixed` comment, its config, or its run command, which sets them after the file does, "
+        f"so an edit to them changes nothing): {', '.join(names)}."
     )
 
 

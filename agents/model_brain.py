@@ -35,6 +35,7 @@ from optuna.trial import TrialState, create_trial
 
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.finding_values import out_of_play, point_of, tier_values
+from agents.fixed_constants import nothing_to_move
 from agents.hypotheses import clip, describe
 from agents.search_space import Dimension, Kind, SearchSpace, SpaceError, space_of
 from bus.champion_store import fingerprint
@@ -136,7 +137,8 @@ class ModelSearch:
     def propose(self, desk: Desk, idea_id: str) -> Attempt:
         space = self._space_for(desk)
         if not space.dimensions:
-            return Attempt(None, why_not="the recipe has no constant a search may move")
+            why = nothing_to_move(constants(desk.source), desk.editable, desk.fixed)
+            return Attempt(None, why_not=why, nothing_to_move=True)
         self._sync(desk, space)
         champion = constants(desk.source)
         for _ in range(ASKS_PER_PROPOSAL):
@@ -186,7 +188,7 @@ class ModelSearch:
         it was first given (a range derived around a value would drift with every champion)
         until the champion's value leaves it. A new space means a new study: Optuna's samplers
         need one space per study."""
-        current = space_of(desk.source)
+        current = space_of(desk.source, desk.fixed)
         values = current.values_of(constants(desk.source))
         dims: list[Dimension] = []
         for d in current.dimensions:

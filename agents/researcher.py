@@ -8,7 +8,9 @@ ideas, yet a slow top tier does not leave the lower tiers without work), its not
 became of them, its rests. It asks
 its brain (agents/brain.py) for a proposal on the current champion, never one already tried
 there. After a failed attempt it waits before the next (doubling, up to 10x `cooldown_s`); when
-its brain's budget is spent it stops proposing and says so.
+its brain's budget is spent it stops proposing and says so. When an offline brain finds nothing
+in the champion it may move, the researcher says so too, once per champion, as an AgentEvent the
+live view shows: otherwise a swarm on a file with no dials would sit idle with no word why.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from agents.history import EVERYONE, History, Notice
 from agents.screening import Screen
 from bus.champion_store import fingerprint
 from bus.messages import (
+    AgentEvent,
+    AgentEventKind,
     ChampionChange,
     ChangeKind,
     Decision,
@@ -67,6 +71,7 @@ class Researcher:
         cooldown_s: float = 30.0,
         history: History | None = None,  # the host's, shared; None: one of its own
         screen: Screen | None = None,  # draw several candidates, send the best rated
+        fixed: frozenset[str] = frozenset(),  # constants the project holds fixed (Desk.fixed)
     ) -> None:
         if history is not None and (history.editable, history.target) != (editable, target):
             raise ValueError(
@@ -81,6 +86,7 @@ class Researcher:
         self.top_tier = top_tier
         self.history = history if history is not None else History(editable, target)
         self.screen = screen
+        self.fixed = fixed
         self.in_flight: set[str] = set()
         self.at_tier: dict[str, int] = {}  # own idea in flight -> the tier it is tested at
         self.notes: deque[str] = deque(maxlen=NOTES_KEPT)
@@ -92,6 +98,7 @@ class Researcher:
         self.proposing = False
         self.stopped = ""  # why it stopped proposing for good ("" while it goes on)
         self.idea_strategy: dict[str, int] = {}  # own idea -> strategy version it came from
+        self.said_nothing_to_move = 0  # the last champion it said it had nothing to move on
 
     # What the swarm learned, read from the history.
     @property
@@ -246,6 +253,7 @@ class Researcher:
             history.tried_snapshot(version),
             history.sources,
             history.lower_is_better,
+            self.fixed,
         )
 
     def _no_idea(self, attempt: Attempt, trace_id: str, version: int) -> Step | None:
@@ -259,9 +267,18 @@ class Researcher:
             self.empty_in_a_row += 1
             rest = min(EMPTY_REST_S * 2 ** (self.empty_in_a_row - 1), MAX_EMPTY_REST_S)
             self.resting_until = time.monotonic() + rest
-        if not (attempt.records or attempt.stopped or attempt.failed):
+        records = attempt.records
+        said = attempt.nothing_to_move and self.said_nothing_to_move != version
+        if said:
+            self.said_nothing_to_move = version
+            note = AgentEvent(
+                new_id("ev"), self.name, AgentEventKind.NOTE, "researcher", attempt.why_not
+            )
+            records = (*records, note)
+        if not (records or attempt.stopped or attempt.failed):
             return None  # nothing happened worth keeping (e.g. the heuristic ran out of moves)
         action = "stopped" if attempt.stopped else "refused" if attempt.failed else "skipped"
+        action = "idle" if said else action  # the live view shows why it proposes nothing
         self.notes.append(f"attempt on v{version}: {action}: {attempt.why_not}")
         trace = Trace(
             trace_id,
@@ -271,7 +288,7 @@ class Researcher:
             why=attempt.why_not,
             data={"brain": self.brain.label},
         )
-        return Step(trace, None, attempt.records)
+        return Step(trace, None, records)
 
     def _step(
         self, attempt: Attempt, idea_id: str, trace_id: str, source: str, version: int, read: int

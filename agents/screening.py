@@ -57,7 +57,7 @@ class Screen:
         self._fitted: tuple[object, GaussianProcessRegressor, float] | None = None
 
     def pick(self, desk: Desk, proposals: Sequence[Proposal]) -> Choice:
-        space = space_of(desk.source)
+        space = space_of(desk.source, desk.fixed)
         model = self._model(desk, space)
         if model is None or not space.dimensions:
             return Choice(0, "too few measured ideas to rate candidates", (None,) * len(proposals))

@@ -1,8 +1,9 @@
 """The search space a recipe declares: which constants may move, how far, and on what scale.
 
 Every brain that moves constants reads the space from the recipe itself
-(training/recipe_constants.py finds the constants with `ast`). A constant may declare its range
-or choices at the end of its comment, after `search:`:
+(training/recipe_constants.py finds the constants with `ast`: UPPER_CASE names anywhere at module
+level, any other name in the module's opening block, so a nanoGPT-style `learning_rate = 6e-4`
+counts). A constant may declare its range or choices at the end of its comment, after `search:`:
 
     LEARNING_RATE = 3e-3  # peak learning rate; search: 3e-4..3e-2    (log: both ends > 0)
     BETA2 = 0.95          # second moment decay; search: 0.9..0.999 linear
@@ -11,14 +12,17 @@ or choices at the end of its comment, after `search:`:
     ACTIVATION = "gelu"   # search: gelu | relu | silu                 (a categorical)
     HEAD_DIM = 32         # search: 16 | 32 | 64
     SEED_OFFSET = 7       # search: fixed                              (never moved)
+    dropout = 0.0         # search: 0..0.5 linear                      (any case, at the top)
 
 A range is `LOW..HIGH`, then optionally `log` or `linear` (default: log when both ends are
 positive) and, for integers, `pow2`. Choices are separated by `|`; each is read as a Python
 literal where it is one (numbers, True, quoted strings) and as a bare name otherwise. Without a
 declaration a brain derives a range around the current value: a decade either side for positive
 floats, x/4..x·4 for integers, x/8..x·8 for powers of two, both values for flags; a fraction
-(0 < x < 1 in a constant named like FRACTION, DROPOUT, BETA, MOMENTUM, or an element of a tuple)
-stays inside (0, 1). Strings, zero and negative numbers move only when declared.
+(0 < x < 1 in a constant named like FRACTION, DROPOUT, BETA, MOMENTUM in any case, or an
+element of a tuple) stays inside (0, 1). Strings, zero and negative numbers move only when
+declared. Constants the project holds fixed (agents/fixed_constants.py: `target.fixed`, the run
+command's options) are left out of the space, as `search: fixed` ones are.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from __future__ import annotations
 import ast
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from agents.fixed_constants import FIXED_DECLARATIONS, is_fixed
 from training.recipe_constants import Constant, Scalar, Value, constants, scalar_at
 
-FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")
+FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")  # matched in the upper-cased name
 FRACTION_BOUNDS = (0.001, 0.999)  # how close to 0 or 1 the heuristic's logit steps may go
 MAX_DECLARATION = 4096  # characters: a declaration is read on every proposal
 MAX_MAGNITUDE = 1e100  # beyond this a range's width or a log overflows: not a range to search
@@ -145,12 +150,15 @@ class SearchSpace:
         return out
 
 
-def space_of(source: str) -> SearchSpace:
-    """The recipe's search space, from its declarations and its current values; SpaceError
+def space_of(source: str, fixed: Collection[str] = ()) -> SearchSpace:
+    """The recipe's search space, from its declarations and its current values, without the
+    constants whose names match `fixed` (names or globs, agents/fixed_constants.py); SpaceError
     names every declaration it cannot use, not just the first."""
     dimensions: list[Dimension] = []
     problems: list[str] = []
     for name, constant in constants(source).items():
+        if is_fixed(name, fixed):
+            continue  # its declaration is not read either: the project's word overrides it
         try:
             dimensions += _dimensions(name, constant)
         except SpaceError as exc:
@@ -181,7 +189,7 @@ def _declared(name: str, value: Scalar, text: str) -> Dimension | None:
     text = text.strip()
     if len(text) > MAX_DECLARATION:
         raise SpaceError(f"{name}: its `search:` declaration is over {MAX_DECLARATION} characters")
-    if text in ("fixed", "off"):
+    if text in FIXED_DECLARATIONS:
         return None
     if "|" in text:
         choices = tuple(_choice(name, part.strip()) for part in text.split("|"))
@@ -264,7 +272,8 @@ def _derived(name: str, index: int | None, x: Scalar) -> Dimension | None:
 
 
 def _fraction(name: str, index: int | None, x: float) -> bool:
-    return 0 < x < 1 and (index is not None or any(word in name for word in FRACTION_WORDS))
+    upper = name.upper()  # `dropout`, `beta2` as a nanoGPT train.py writes them
+    return 0 < x < 1 and (index is not None or any(word in upper for word in FRACTION_WORDS))
 
 
 def _choice(name: str, text: str) -> Choice:

@@ -15,7 +15,7 @@ import enum
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 SCHEMA_VERSION = 1
 
@@ -51,6 +51,11 @@ class Verdict(enum.StrEnum):
 class BudgetKind(enum.StrEnum):
     TOKENS = "tokens"
     SECONDS = "seconds"
+    UNITS = "units"  # a command target's own unit (iterations, epochs...): the command's to read
+
+
+# A tier's dial: bytelm's are ints (depth, width, context); a command target's are free-form.
+Dial: TypeAlias = bool | int | float | str
 
 
 class ChangeKind(enum.StrEnum):
@@ -100,7 +105,7 @@ class RunSpec:
     idea_id: str = ""  # empty for a baseline run of the champion
     patch: str = ""
     target: str = "bytelm"
-    dials: dict[str, int] = field(default_factory=dict)
+    dials: dict[str, Dial] = field(default_factory=dict)
     time_limit_s: float = 0.0  # hard wall clock for the experiment; 0: the trainer's default
     eval_tokens: int = 0  # held-out bytes to score; 0: the trainer's default
     created_at: float = field(default_factory=now)

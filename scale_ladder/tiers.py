@@ -1,24 +1,33 @@
-"""The tiers of the scale ladder, from `configs/ladder.toml`, validated at load.
+"""The tiers of the scale ladder, from `ladder.toml`, validated at load.
 
-A tier names few dials (depth, width, context) and derives the rest in the recipe, a budget in
-tokens or seconds, the hard wall-clock limit of one experiment, how many held-out bytes the
-evaluator scores, and its promotion rule (see rules.py; keys default to PromotionRule's).
+A tier names its dials, a budget, the hard wall-clock limit of one experiment and its promotion
+rule (see rules.py; keys default to PromotionRule's). For the built-in bytelm (and synthetic)
+target the dials are depth, width and context (the recipe derives the rest), the budget is in
+tokens or seconds, and eval_tokens says how many held-out bytes the evaluator scores. A command
+target's tier takes free-form dials (`[tier.dials] n_layer = 4`) and a budget in the command's
+own unit (budget_kind "units", the default there) or in tokens or seconds.
 Two top-level keys apply to the whole ladder: require_approval and near_duplicate_similarity
 (see near_duplicates.py).
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bus.messages import BudgetKind, RunSpec
+from bus.messages import BudgetKind, Dial, RunSpec
 from scale_ladder.rules import PromotionRule
 
-DEFAULT_LADDER = Path("configs/ladder.toml")
+DEFAULT_LADDER = Path(__file__).resolve().parents[1] / "configs" / "ladder.toml"
 NEAR_DUPLICATE_SIMILARITY = 0.9
+BYTELM_DIALS = ("depth", "width", "context")
+DIAL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A command's placeholders the tier itself fills: a dial may not take their names.
+RESERVED_DIALS = ("seed", "tier", "budget")
 
 
 class LadderConfigError(ValueError):
@@ -29,20 +38,26 @@ class LadderConfigError(ValueError):
 class Tier:
     index: int
     name: str
-    depth: int
-    width: int
-    context: int
     budget_kind: BudgetKind
     budget: float
     time_limit_s: float
-    eval_tokens: int
     seeds: int
     rule: PromotionRule
+    dials: Mapping[str, Dial] = field(default_factory=dict)
+    eval_tokens: int = 0  # bytelm: held-out bytes the evaluator scores
     max_concurrent: int = 0  # experiments of this tier running at once, swarm-wide; 0 = any
 
     @property
-    def dials(self) -> dict[str, int]:
-        return {"depth": self.depth, "width": self.width, "context": self.context}
+    def depth(self) -> int:
+        return int(self.dials["depth"])
+
+    @property
+    def width(self) -> int:
+        return int(self.dials["width"])
+
+    @property
+    def context(self) -> int:
+        return int(self.dials["context"])
 
     def run_spec(
         self,
@@ -64,7 +79,7 @@ class Tier:
             idea_id=idea_id,
             patch=patch,
             target=target,
-            dials=self.dials,
+            dials=dict(self.dials),
             time_limit_s=self.time_limit_s,
             eval_tokens=self.eval_tokens,
         )
@@ -72,14 +87,17 @@ class Tier:
 
 _FIELDS: dict[str, type] = {
     "name": str,
+    "budget": float,
+    "time_limit_s": float,
+    "seeds": int,
+}
+# The built-in targets' tiers need these too; a command target's tiers may not have them.
+_BYTELM_FIELDS: dict[str, type] = {
     "depth": int,
     "width": int,
     "context": int,
     "budget_kind": str,
-    "budget": float,
-    "time_limit_s": float,
     "eval_tokens": int,
-    "seeds": int,
 }
 
 
@@ -92,6 +110,7 @@ _RULE_FIELDS: dict[str, type] = {
     "max_seeds": int,
 }
 _OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int}
+_COMMAND_FIELDS: dict[str, type] = {"budget_kind": str, "dials": dict}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +121,8 @@ class LadderConfig:
     near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
 
 
-def load_ladder(path: Path | None = None) -> LadderConfig:
+def load_ladder(path: Path | None = None, target: str = "bytelm") -> LadderConfig:
+    """The ladder in `path` for `target` (bytelm, synthetic or command)."""
     path = path or DEFAULT_LADDER
     data = _read(path)
     unknown = set(data) - {"tier", "require_approval", "near_duplicate_similarity"}
@@ -127,12 +147,12 @@ def load_ladder(path: Path | None = None) -> LadderConfig:
     if not isinstance(tiers, list) or not tiers:
         raise LadderConfigError(f"{path}: no [[tier]] tables")
     return LadderConfig(
-        [_tier(i, raw, path) for i, raw in enumerate(tiers)], approval, float(similarity)
+        [_tier(i, raw, path, target) for i, raw in enumerate(tiers)], approval, float(similarity)
     )
 
 
-def load_tiers(path: Path | None = None) -> list[Tier]:
-    return load_ladder(path).tiers
+def load_tiers(path: Path | None = None, target: str = "bytelm") -> list[Tier]:
+    return load_ladder(path, target).tiers
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -144,16 +164,26 @@ def _read(path: Path) -> dict[str, Any]:
         raise LadderConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
-def _tier(index: int, raw: Any, path: Path) -> Tier:
+def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
     where = f"{path}: tier[{index}]"
     if not isinstance(raw, dict):
         raise LadderConfigError(f"{where} must be a table")
+    command = target == "command"
+    # A command target's tier may still name bytelm's keys (ladders written before free-form
+    # dials): depth, width and context are dials like any other there, and nothing is required.
+    own = _COMMAND_FIELDS | _BYTELM_FIELDS if command else _BYTELM_FIELDS
     for key in raw:
-        if key not in _FIELDS and key not in _RULE_FIELDS and key not in _OPTIONAL_FIELDS:
-            known = ", ".join([*_FIELDS, *_RULE_FIELDS, *_OPTIONAL_FIELDS])
+        if key == "dials" and not command:
+            raise LadderConfigError(
+                f"{where}: [tier.dials] is for a command target's tiers; {target}'s tiers name "
+                "depth, width and context (is target.kind right?)"
+            )
+        if key not in {**_FIELDS, **own, **_RULE_FIELDS, **_OPTIONAL_FIELDS}:
+            known = ", ".join([*_FIELDS, *own, *_RULE_FIELDS, *_OPTIONAL_FIELDS])
             raise LadderConfigError(f"{where}: unknown key {key}; known: {known}")
+    required = _FIELDS if command else {"name": str, **_BYTELM_FIELDS, **_FIELDS}
     values: dict[str, Any] = {}
-    for key, kind in _FIELDS.items():
+    for key, kind in required.items():
         if key not in raw:
             raise LadderConfigError(f"{where}: missing key {key}")
         values[key] = _value(where, key, kind, raw[key], positive=True)
@@ -171,13 +201,43 @@ def _tier(index: int, raw: Any, path: Path) -> Tier:
         )
     if not 0 <= rule.top_fraction < 1:
         raise LadderConfigError(f"{where}.top_fraction must be in [0, 1), got {rule.top_fraction}")
-    try:
-        values["budget_kind"] = BudgetKind(values["budget_kind"])
-    except ValueError:
-        raise LadderConfigError(f"{where}.budget_kind must be 'tokens' or 'seconds'") from None
+    kinds = ("tokens", "seconds", "units") if command else ("tokens", "seconds")
+    kind = raw.get("budget_kind", "units")
+    if kind not in kinds:
+        raise LadderConfigError(f"{where}.budget_kind must be {' or '.join(map(repr, kinds))}")
+    values["budget_kind"] = BudgetKind(kind)
+    if command:
+        values["dials"] = _free_dials(where, raw.get("dials", {}))
+        for name in BYTELM_DIALS:
+            if name in raw:
+                if name in values["dials"]:
+                    raise LadderConfigError(f"{where}: {name} is given twice (and in dials)")
+                values["dials"][name] = _value(where, name, int, raw[name], positive=True)
+        if "eval_tokens" in raw:
+            values["eval_tokens"] = _value(where, "eval_tokens", int, raw["eval_tokens"], True)
+        return Tier(index=index, rule=rule, **values)
     if values["width"] % 32:
         raise LadderConfigError(f"{where}.width must be a multiple of 32 (the head size)")
+    values["dials"] = {name: values.pop(name) for name in BYTELM_DIALS}
     return Tier(index=index, rule=rule, **values)
+
+
+def _free_dials(where: str, table: Any) -> dict[str, Dial]:
+    """A command target's `[tier.dials]`: names a command can take as {name} and SWARM_DIAL_*,
+    and plain values (numbers, true/false, strings)."""
+    if not isinstance(table, dict):
+        raise LadderConfigError(f"{where}.dials must be a table, e.g. [tier.dials] n_layer = 4")
+    for name, value in table.items():
+        if not DIAL_NAME.fullmatch(name) or name in RESERVED_DIALS:
+            raise LadderConfigError(
+                f"{where}.dials: {name!r} cannot be a dial name (letters, digits and _, not "
+                f"{', '.join(RESERVED_DIALS)})"
+            )
+        if not isinstance(value, bool | int | float | str):
+            raise LadderConfigError(
+                f"{where}.dials.{name} must be a number, true/false or a string, got {value!r}"
+            )
+    return dict(table)
 
 
 def _value(where: str, key: str, kind: type, value: Any, positive: bool) -> Any:

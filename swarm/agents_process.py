@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import socket
-from pathlib import Path
 
 from agents.brain import Persona
 from agents.brain_groups import LLM_BRAINS, parse_brain_groups
@@ -16,8 +15,10 @@ from agents.llm_setup import LlmSetup, ProviderSettings
 from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import load_ladder
 from swarm.config import SwarmConfig
+from swarm.config_files import built_in, ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import target_info
+from swarm.preflight import check_editable, project_fixed
 from swarm.workspace import Workspace
 
 
@@ -32,9 +33,9 @@ def llm_setup(config: SwarmConfig, workspace: Workspace) -> LlmSetup:
                 llm.openai_model, llm.openai_base_url, llm.openai_api_key_env
             ),
         },
-        prices_path=Path(llm.prices),
-        program=Path(config.agents.program),
-        strategies_seed=Path(config.agents.strategies),
+        prices_path=built_in(config, "llm", "prices"),
+        program=built_in(config, "agents", "program"),
+        strategies_seed=built_in(config, "agents", "strategies"),
         strategies=workspace.root / "strategies",
         max_tokens=llm.max_tokens,
         temperature=llm.temperature if llm.temperature >= 0 else None,
@@ -46,7 +47,9 @@ def llm_setup(config: SwarmConfig, workspace: Workspace) -> LlmSetup:
 
 def check_llm(config: SwarmConfig, workspace: Workspace, count: int) -> None:
     """Everything the LLM brains need (a key, a price, the research direction), before a
-    process starts; LlmSetupError names what is missing."""
+    process starts; LlmSetupError names what is missing. And, here so that `swarm start` and
+    `swarm agents` both check it, that offline brains have something to move (ConfigError)."""
+    check_editable(config, count)
     setup = llm_setup(config, workspace)
     providers = {g.brain for g in parse_brain_groups(config.agents.brain, count)}
     providers &= set(LLM_BRAINS)
@@ -60,7 +63,7 @@ def host_options(
     config: SwarmConfig, workspace: Workspace, count: int, name_prefix: str
 ) -> HostOptions:
     info = target_info(config)
-    tiers = load_ladder(Path(config.ladder.path)).tiers
+    tiers = load_ladder(ladder_path(config), config.target.kind).tiers
     personas = tuple(Persona(p.strip()) for p in config.agents.personas.split(","))
     groups = parse_brain_groups(config.agents.brain, count)
     thinking = any(g.brain in LLM_BRAINS for g in groups)
@@ -81,6 +84,7 @@ def host_options(
         meta_interval_s=config.meta.interval_s if config.meta.enabled else 0.0,
         meta_min_outcomes=config.meta.min_outcomes,
         meta_brain=config.meta.brain,
+        fixed=project_fixed(config),
     )
 
 

@@ -17,8 +17,9 @@ from bus.nats_bus import BusSettings, BusUnavailable, connect
 from bus.roles import Role
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
-from swarm import event_loop, people
+from swarm import config_files, event_loop, people
 from swarm.config import ConfigError, SwarmConfig, check_brains, load_config, with_overrides
+from swarm.follow_up import swarm_program
 from swarm.ladder_process import make_ladder, run_ladder
 from swarm.ledger_process import SwarmNotRunning, run_ledger
 from swarm.output import FORMATS, write_parquet
@@ -29,6 +30,9 @@ from swarm.workspace import Workspace
 
 EXAMPLES = """\
 examples:
+  swarm init                                    editable swarm.toml, ladder.toml, program.md here
+  swarm init --target command --edit train.py --run "python train.py --seed={seed}" \\
+             --metric val_loss                  the same for your own project
   swarm start                                   bus + ledger on this machine, live status
   swarm start --agents 4 --minutes 30           4 researchers, stop by itself after 30 minutes
   swarm start --agents 3 --max-experiments 200  stop after 200 experiments
@@ -49,7 +53,8 @@ examples:
   swarm champion revert 2                       make v2's recipe the champion again
   swarm report                                  progress.png and report.html in the workspace
   swarm audit                                   check a stopped swarm's ledger: lost, duplicated
-  swarm run --tier 0 --target command --edit train.py --run "python train.py" --metric val_loss
+  swarm run --tier 0 --target command --edit train.py --run "python train.py --seed={seed}" \\
+            --metric val_loss --metric-regex "val loss ([0-9.]+)"
 
 The ledger's tables and views are documented in README.md (section "The ledger").
 Bus credentials can also come from the environment: SWARM_NATS_TOKEN, SWARM_NATS_PASSWORD.
@@ -68,6 +73,7 @@ USER_ERRORS = (
     BusUnavailable,
     people.ControlRefused,
     ValueError,
+    config_files.InitRefused,
 )
 
 
@@ -79,12 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", type=Path, help="TOML config (default: configs/swarm.toml)")
     parser.add_argument(
-        "--workspace", type=Path, help="workspace folder (default: swarm-workspace)"
+        "--config",
+        type=Path,
+        help="TOML config (default: ./swarm.toml, else ./configs/swarm.toml, else built in)",
+    )
+    parser.add_argument(
+        "--workspace", type=Path, help="workspace folder (default: ./swarm-workspace)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = commands.add_parser(
+        "init", help="write editable swarm.toml, ladder.toml and program.md into this folder"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite files already there")
+    _add_target_flags(init)
 
     start = commands.add_parser("start", help="start the swarm and show live status")
     start.add_argument("--minutes", type=float, help="stop after this many minutes")
@@ -158,7 +174,15 @@ def _add_target_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--project", help="command: project folder (default: .)")
     group.add_argument("--edit", help="command: the editable file")
     group.add_argument("--run", dest="run_command", help='command: e.g. "python train.py"')
-    group.add_argument("--metric", help="command: the printed metric's name")
+    group.add_argument("--metric", help="command: the metric's name (read as `name: value`)")
+    group.add_argument(
+        "--metric-regex",
+        metavar="PATTERN",
+        help="command: read the metric with this regular expression (one group: the number)",
+    )
+    group.add_argument(
+        "--metric-json", action="store_true", help="command: read it from the last JSON object"
+    )
     group.add_argument("--maximize", action="store_true", help="command: higher is better")
 
 
@@ -196,7 +220,8 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     def flag(name: str) -> Any:
         return getattr(args, name, None)
 
-    config = load_config(args.config)
+    cwd = Path.cwd()
+    config, config_file = config_files.load(args.config, cwd)
     config = with_overrides(config, "workspace", path=_opt_str(args.workspace))
     config = with_overrides(
         config,
@@ -220,6 +245,8 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
         edit=flag("edit"),
         run=flag("run_command"),
         metric=flag("metric"),
+        metric_regex=flag("metric_regex"),
+        metric_from="regex" if flag("metric_regex") else "json" if flag("metric_json") else None,
         direction="maximize" if flag("maximize") else None,
     )
     config = with_overrides(config, "trainers", count=flag("trainers"))
@@ -235,24 +262,11 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))
     if args.command == "worker":
         config = with_overrides(config, "trainers", device=flag("device"))
-    # Absolute paths, so child processes and later reads agree whatever their directory.
-    config = with_overrides(config, "ladder", path=str(Path(config.ladder.path).resolve()))
-    a = config.agents
-    config = with_overrides(
-        config,
-        "agents",
-        program=str(Path(a.program).resolve()),
-        strategies=str(Path(a.strategies).resolve()),
-    )
-    config = with_overrides(config, "llm", prices=str(Path(config.llm.prices).resolve()))
-    t = config.target
-    config = with_overrides(
-        config,
-        "target",
-        project=str(Path(t.project).resolve()),
-        data=str(Path(t.data).resolve()) if t.data else None,
-    )
-    return config, Workspace(Path(config.workspace.path).resolve())
+    # Paths from flags are relative to this folder (the file's are absolute already), and
+    # absolute, so child processes and later reads agree whatever their directory.
+    config = config_files.absolute_paths(config, cwd)
+    config = config_files.with_defaults(config, config_file, cwd)
+    return config, Workspace(Path(config.workspace.path))
 
 
 def _opt_str(value: Path | None) -> str | None:
@@ -267,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
+        if args.command == "init":
+            print(_init(args, Path.cwd()))
+            return 0
         config, workspace = configure(args)
         return event_loop.run(_dispatch(args, config, workspace))
     except USER_ERRORS as exc:
@@ -274,6 +291,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _init(args: argparse.Namespace, folder: Path) -> str:
+    """`swarm init`: the files, then the target flags given written into swarm.toml."""
+    target = args.target or "bytelm"
+    written = config_files.init_folder(folder, target, args.force, _init_values(args))
+    files = ", ".join(p.name for p in written)
+    then = f"{swarm_program(folder)} start"
+    return f"wrote {files} in {folder}\nedit them, then run: {then}"
+
+
+def _init_values(args: argparse.Namespace) -> dict[str, str]:
+    """The [target] keys the command line gave `swarm init`."""
+    given = {
+        "data": args.data,
+        "project": args.project,
+        "edit": args.edit,
+        "run": args.run_command,
+        "metric": args.metric,
+        "metric_regex": args.metric_regex,
+        "metric_from": "regex" if args.metric_regex else "json" if args.metric_json else None,
+        "direction": "maximize" if args.maximize else None,
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> int:
@@ -304,7 +345,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
 
         patch = args.patch.read_text() if args.patch else ""
         result = await run_once(config, workspace, args.tier, args.seed, patch, args.device)
-        print(summary(result, result.metric_name))
+        print(summary(result, result.metric_name, measured=config.target.kind != "command"))
+        print(f"log: {workspace.logs_dir / 'runs' / f'{result.run_id}.log'}")
         return 0 if result.status == RunStatus.OK else 1
     elif args.command == "worker":
         settings = _bus_to_join(config, workspace, Role.TRAINER)

@@ -1,7 +1,8 @@
-"""`configs/swarm.toml` loaded into frozen dataclasses, validated at load.
+"""`swarm.toml` loaded into frozen dataclasses, validated at load.
 
 A wrong key or value stops start-up with a ConfigError naming the key (`bus.max_payload_bytes`),
-before anything runs. The CLI overrides a few keys with `dataclasses.replace`.
+before anything runs. The CLI overrides a few keys with `dataclasses.replace`. Which file is
+read, and what its paths are relative to, is swarm/config_files.py's business.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from typing import Any
 
 from agents.brain_groups import BrainSpecError, parse_brain_groups
 
-DEFAULT_CONFIG = Path("configs/swarm.toml")
-
 
 class ConfigError(ValueError):
     pass
@@ -25,7 +24,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceConfig:
-    path: str = "swarm-workspace"  # relative paths are relative to the current directory
+    path: str = ""  # in a config file: relative to the file; "": ./swarm-workspace
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +61,17 @@ class LedgerConfig:
 class TargetConfig:
     kind: str = "bytelm"  # bytelm (built in) | command (your own project) | synthetic (dry run)
     data: str = ""  # bytelm: your own text file or folder instead of the stdlib corpus
-    project: str = "."  # command: the project folder (copied per experiment)
+    project: str = ""  # command: the project folder (copied per experiment); "": this folder
     edit: str = ""  # command: the one editable file, relative to the project
-    run: str = ""  # command: how to run one experiment, e.g. "python train.py"
-    metric: str = ""  # command: the metric the command prints as `name: value`
+    run: str = ""  # command: how to run one experiment, e.g. "python train.py --seed={seed}"
+    metric: str = ""  # command: the metric's name
+    metric_from: str = "line"  # line (`name: value`) | regex (metric_regex) | json
+    metric_regex: str = ""  # one group: the number; the last match wins
+    # constants the researchers leave alone: names or globs, comma-separated ("out_dir, wandb_*");
+    # a constant the run command sets (`--name=...`) is left alone too
+    fixed: str = ""
     direction: str = "minimize"  # minimize | maximize
+    swarm_python: bool = True  # the swarm's interpreter first on the command's PATH
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,7 @@ class TrainersConfig:
 
 @dataclass(frozen=True, slots=True)
 class LadderConfig:
-    path: str = "configs/ladder.toml"
+    path: str = ""  # empty: the built-in ladder for the target (swarm/config_files.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +99,8 @@ class AgentsConfig:
     # Gaussian process fitted to the findings rates best (agents/screening.py); 1: off
     screen: int = 1
     seed: int = 0  # the offline brains' random seed (heuristic agent i uses seed + i)
-    program: str = "configs/program.md"  # the research direction; re-read before each proposal
-    strategies: str = "configs/strategies"  # each persona's first strategy file (<persona>.md)
+    program: str = ""  # the research direction, re-read before each proposal; "": built in
+    strategies: str = ""  # each persona's first strategy file (<persona>.md); "": built in
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,7 @@ class LlmConfig:
     openai_model: str = "qwen2.5-coder:7b"
     openai_base_url: str = "http://127.0.0.1:11434/v1"  # Ollama; vLLM: http://HOST:8000/v1
     openai_api_key_env: str = "OPENAI_API_KEY"  # local servers usually need none
-    prices: str = "configs/llm_prices.toml"  # USD per million tokens, per model
+    prices: str = ""  # USD per million tokens, per model; "": built in
     max_tokens: int = 2048  # of one answer
     temperature: float = -1.0  # negative: the model's default
     max_usd: float = 0.0  # the swarm's LLM budget (`--max-llm-usd`); 0: no limit
@@ -183,17 +188,14 @@ NONNEGATIVE = {
 CHOICES = {
     "target.kind": ("bytelm", "command", "synthetic"),
     "target.direction": ("minimize", "maximize"),
+    "target.metric_from": ("line", "regex", "json"),
     "trainers.device": ("auto", "cpu", "cuda"),
     "meta.brain": ("", "anthropic", "openai"),
 }
 
 
-def load_config(path: Path | None) -> SwarmConfig:
-    """Load `path` (or the default file if it exists, else built-in defaults)."""
-    if path is None:
-        if not DEFAULT_CONFIG.is_file():
-            return SwarmConfig()
-        path = DEFAULT_CONFIG
+def load_config(path: Path) -> SwarmConfig:
+    """The config in `path`, checked; its paths as written (see config_files.load)."""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:

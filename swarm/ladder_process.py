@@ -13,11 +13,13 @@ from bus.nats_bus import connect
 from bus.roles import Role
 from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
-from scale_ladder.tiers import load_ladder
+from scale_ladder.tiers import Tier, load_ladder
 from swarm.config import ConfigError, SwarmConfig
+from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
+from training.command_io import CommandError, MetricReader, check_placeholders
 from training.target_info import BYTELM, SYNTHETIC, TargetInfo
 
 
@@ -43,9 +45,26 @@ def require_target_keys(config: SwarmConfig, keys: tuple[str, ...]) -> None:
         )
 
 
+def metric_reader(config: SwarmConfig) -> MetricReader:
+    t = config.target
+    return MetricReader(t.metric, t.metric_from, t.metric_regex)
+
+
+def check_command(config: SwarmConfig, tiers: list[Tier]) -> None:
+    """A command target's run command and metric work at every tier, before anything runs."""
+    require_target_keys(config, ("edit", "run", "metric"))
+    try:
+        metric_reader(config).check()
+        check_placeholders(config.target.run, ((t.name, t.dials) for t in tiers))
+    except CommandError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def make_ladder(config: SwarmConfig) -> Ladder:
     info = target_info(config)
-    ladder = load_ladder(Path(config.ladder.path))
+    ladder = load_ladder(ladder_path(config), config.target.kind)
+    if info.name == "command":
+        check_command(config, ladder.tiers)
     return Ladder(
         ladder.tiers,
         info.editable,

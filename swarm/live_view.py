@@ -3,6 +3,8 @@
 `gather_snapshot` asks the ledger a few cheap read-only queries (through the same SQL gate as
 `swarm sql`) and JetStream for the trainers' queues; `render` draws a snapshot with rich;
 `LiveView` redraws it in place on a terminal, or prints one status line per update to a log.
+What a researcher says about itself (an AgentEvent NOTE since its last proposal: it has nothing
+it may edit, its budget is spent) gets a line of its own, once per distinct note.
 """
 
 from __future__ import annotations
@@ -51,8 +53,12 @@ WITH last AS (
            -- a proposal shows what it proposed; anything else (stopped, refused) why
            arg_max(CASE WHEN action = 'propose' THEN proposed ELSE action || ': ' || why END,
                    created_at) AS proposed,
-           epoch(max(created_at)) AS at_s
+           epoch(max(created_at)) AS at_s,
+           max(created_at) FILTER (WHERE action = 'propose') AS proposed_at
     FROM traces GROUP BY agent),
+notes AS (
+    SELECT agent, arg_max(detail, created_at) AS note, max(created_at) AS note_at
+    FROM agent_events WHERE kind = 'NOTE' GROUP BY agent),
 verdicts AS (
     SELECT idea_id, arg_max(verdict, created_at) AS verdict FROM decisions GROUP BY idea_id),
 in_play AS (
@@ -61,8 +67,12 @@ in_play AS (
       AND NOT EXISTS (SELECT 1 FROM champions c WHERE c.idea_id = i.idea_id)
     GROUP BY i.author)
 SELECT a.agent_id AS name, coalesce(p.n, 0) AS in_play, coalesce(l.action, '') AS last_action,
-       coalesce(l.proposed, '') AS last_proposed, l.at_s AS last_at
+       coalesce(l.proposed, '') AS last_proposed, l.at_s AS last_at,
+       -- a note holds until the researcher proposes again
+       CASE WHEN l.proposed_at IS NULL OR n.note_at > l.proposed_at
+            THEN coalesce(n.note, '') ELSE '' END AS note
 FROM agents a LEFT JOIN last l ON l.agent = a.agent_id LEFT JOIN in_play p ON p.author = a.agent_id
+LEFT JOIN notes n ON n.agent = a.agent_id
 WHERE a.role = 'researcher' ORDER BY a.agent_id"""
 
 # The oldest unfinished RunSpecs per tier; a tier's queue is first in, first out, so its first
@@ -97,6 +107,7 @@ class AgentRow:
     last_action: str = ""
     last_proposed: str = ""
     last_at: float | None = None  # epoch seconds of its latest trace
+    note: str = ""  # what it said about itself (an AgentEvent NOTE) since it last proposed
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +173,14 @@ class LiveSnapshot:
     @property
     def champion_version(self) -> int:
         return self.champions[0].version if self.champions else 0
+
+    def notes(self) -> list[str]:
+        """One line per distinct note, naming who said it (researchers of a kind say the same)."""
+        said: dict[str, list[str]] = {}
+        for a in self.agents:
+            if a.note:
+                said.setdefault(a.note, []).append(a.name)
+        return [f"{_who(names)}: {note}" for note, names in said.items()]
 
     def line(self) -> str:
         """One plain line for logs: elapsed, runs, queues, champion, best at the top tier."""
@@ -273,6 +292,7 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
     if s.error:
         parts.append(Text(s.error, style="bold red"))
 
+    notes = [Text(line, style="yellow") for line in s.notes()]
     agents = _table("researchers", "agent", "brain", "persona", "in play", "last", "ago")
     for a in s.agents:
         *rest, persona = a.name.split("-")
@@ -312,7 +332,7 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
 
     middle = Table.grid(padding=(0, 2))
     middle.add_row(queues, experiments)
-    return Group(*parts, agents, middle, board, champions)
+    return Group(*parts, agents, *notes, middle, board, champions)
 
 
 class LiveView:
@@ -322,6 +342,7 @@ class LiveView:
         self.console = console
         self._live: Live | None = None
         self._closed = False
+        self._said: set[str] = set()  # notes already printed to a log
 
     def update(self, snapshot: LiveSnapshot) -> None:
         if self._closed:
@@ -329,6 +350,12 @@ class LiveView:
         if not self.console.is_terminal:
             line = f"swarm: {time.strftime('%H:%M:%S')} {snapshot.line()}"
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            for note in snapshot.notes():  # each once: a log would repeat it every update
+                if note not in self._said:
+                    self._said.add(note)
+                    self.console.print(
+                        f"swarm: {note}", markup=False, highlight=False, soft_wrap=True
+                    )
             return
         if self._live is None:
             self._live = Live(console=self.console, auto_refresh=False, transient=False)
@@ -349,6 +376,10 @@ def _table(title: str, *columns: str) -> Table:
         # Free text gives way first when space is short (cut, see _cut); the rest keeps its width.
         table.add_column(name, no_wrap=name not in ("last proposal", "hypothesis"))
     return table
+
+
+def _who(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more researchers"
 
 
 def _cut(text: str) -> Text:

@@ -7,6 +7,7 @@ import math
 import statistics
 
 from swarm.config import SwarmConfig
+from swarm.follow_up import swarm_command
 from swarm.sql_client import read_file
 from swarm.workspace import Workspace
 
@@ -49,7 +50,8 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
     lines += champion_moves(rows(BASELINES_SQL), sigmas)
     lines.append(f"ledger: {workspace.ledger_path} (snapshots in {workspace.snapshot_dir})")
     lines.append("ask it, e.g.:")
-    lines += [f'  swarm sql "{q}"' for q in EXAMPLES]
+    swarm = swarm_command(workspace.root)
+    lines += [f'  {swarm} sql "{q}"' for q in EXAMPLES]
     return "\n".join(lines)
 
 

@@ -7,12 +7,13 @@ import asyncio
 import os
 from pathlib import Path
 
-from bus.messages import RunResult, RunSpec, new_id
+from bus.messages import RunResult, RunSpec, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import Tier, load_tiers
 from swarm.config import ConfigError, SwarmConfig
+from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
-from swarm.ladder_process import require_target_keys, target_info
+from swarm.ladder_process import metric_reader, require_target_keys, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
 from training.synthetic import SyntheticTarget
@@ -28,8 +29,15 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
         return SyntheticTarget()
     require_target_keys(config, ("edit", "run", "metric"))
     info = target_info(config)
-    project = Path(t.project).resolve()
-    return CommandTarget(project, info.editable, t.run, info.metric_name, info.lower_is_better)
+    return CommandTarget(
+        Path(t.project).resolve(),
+        info.editable,
+        t.run,
+        metric_reader(config),
+        info.lower_is_better,
+        own_python=t.swarm_python,
+        skip=(workspace.root.resolve(),),
+    )
 
 
 def resolve_device(name: str) -> str:
@@ -41,7 +49,7 @@ def resolve_device(name: str) -> str:
 
 
 def tiers(config: SwarmConfig) -> list[Tier]:
-    return load_tiers(Path(config.ladder.path))
+    return load_tiers(ladder_path(config), config.target.kind)
 
 
 def limits_for(tier: Tier) -> RunLimits:
@@ -76,23 +84,38 @@ async def run_once(
     )
 
 
-def summary(result: RunResult, metric_name: str) -> str:
-    """The greppable `key: value` lines every run ends with."""
+def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
+    """The greppable `key: value` lines every run ends with. A command target's own run says
+    nothing about its steps, tokens, FLOPs or memory: `measured` False shows them as unknown
+    rather than as 0. A run that failed ends with the tail of its log."""
+
+    def known(value: str) -> str:
+        return value if measured else "unknown"
+
     lines = {
         "status": result.status.value,
         metric_name: "" if result.metric is None else f"{result.metric:.6f}",
-        "steps": result.steps,
-        "tokens": result.tokens,
+        "steps": known(str(result.steps)),
+        "tokens": known(str(result.tokens)),
         "train_seconds": f"{result.train_seconds:.2f}",
-        "flops": f"{result.flops:.3e}",
-        "peak_mem_mb": f"{result.peak_mem_mb:.0f}",
+        "flops": known(f"{result.flops:.3e}"),
+        "peak_mem_mb": known(f"{result.peak_mem_mb:.0f}"),
         "device": result.device,
-        "corpus_hash": result.corpus_hash,
+        "corpus_hash": known(result.corpus_hash),
         "run_id": result.run_id,
     }
     if result.reason:
         lines["reason"] = result.reason
-    return "\n".join(f"{key}: {value}" for key, value in lines.items())
+    text = "\n".join(f"{key}: {value}" for key, value in lines.items())
+    if result.status != RunStatus.OK and result.log_tail:
+        text += f"\n--- the end of its log ---\n{_printable(result.log_tail.rstrip())}"
+    return text
+
+
+def _printable(text: str) -> str:
+    """The experiment wrote it: control characters (escape sequences that would redraw the
+    terminal) are shown as `?`."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
 
 
 async def run_worker(

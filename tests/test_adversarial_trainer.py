@@ -24,7 +24,7 @@ from bus.subjects import PREFIX, ensure_trainer_consumer
 from tests.conftest import MAX_PAYLOAD, swarm_cmd, wait_for_async
 from tests.helpers_process import descendants, pids_matching
 from tests.training_helpers import ATTACKS, CHEATS, TINY_LADDER, inject, tiny_spec
-from training.runner import LOG_KEEP_BYTES
+from training.process_outcome import LOG_KEEP_BYTES
 
 API_KEY = "sk-ant-adversarial-test-key"
 FILE_SECRET = "TRAINER-FILE-SECRET"

@@ -11,6 +11,7 @@ import pytest
 from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from tests.conftest import run_swarm
 from tests.training_helpers import TINY_LADDER
+from training.command_io import MetricReader
 from training.runner import RunLimits
 from training.sandbox import Limits
 from training.targets import CommandTarget
@@ -60,7 +61,7 @@ def run(
     quota: Limits | None = None,
     run_spec: RunSpec | None = None,
 ) -> RunResult:
-    target = CommandTarget(project, "train.py", command, "val_loss")
+    target = CommandTarget(project, "train.py", command, MetricReader("val_loss"))
     source = target.initial_source()
     return target.run(
         run_spec or spec(patch),
@@ -158,8 +159,9 @@ def test_the_log_is_read_through_the_runners_own_handle(project: Path, swap: str
 @pytest.mark.parametrize(
     "fill",
     [
-        "for i in itertools.count(): open(f'fill{i}', 'wb').write(bytes(2**20)); time.sleep(0.01)",
-        "for i in itertools.count(): open(f'f{i}', 'w').close(); time.sleep(0.001)",
+        # doubled braces: a run command's {name} is a placeholder (training/command_io.py)
+        "for i in itertools.count(): open(f'x{{i}}', 'wb').write(bytes(2**20)); time.sleep(0.01)",
+        "for i in itertools.count(): open(f'f{{i}}', 'w').close(); time.sleep(0.001)",
     ],
     ids=["bytes", "files"],
 )

@@ -128,7 +128,7 @@ class ExperimentSession:
                 if evaluation is None:
                     self.progress.ended = self.progress.ended or time.monotonic()
                     self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)
-                    context = self.spec.dials["context"]
+                    context = int(self.spec.dials["context"])
                     evaluation = Evaluation(self.corpus.val, context, self.limits.eval_tokens)
                 if batch_index == len(evaluation.batches):
                     self.write(p.EVAL_ANSWER.pack(0, 0))

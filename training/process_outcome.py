@@ -15,6 +15,8 @@ from typing import Any
 from bus.messages import RunSpec, RunStatus
 from training.sandbox import Limits
 
+LOG_KEEP_BYTES = 4 * 1024**2  # the end of each log kept in the log dir (a run may print GBs)
+
 LOG_TAIL_CHARS = 4000
 
 
@@ -119,3 +121,12 @@ def fd_tail(fd: int, chars: int = LOG_TAIL_CHARS) -> str:
     offset): the runner reads the log it created, whatever the experiment put at its path."""
     size = os.fstat(fd).st_size
     return os.pread(fd, min(size, chars), max(0, size - chars)).decode("utf-8", errors="replace")
+
+
+def keep_log(log: int, path: Path, keep_bytes: int = LOG_KEEP_BYTES) -> None:
+    """The last `keep_bytes` of the log open as `log`, written to `path` (read by offset, as
+    fd_tail reads it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = os.fstat(log).st_size
+    start = max(0, size - keep_bytes)
+    path.write_bytes(os.pread(log, size - start, start))

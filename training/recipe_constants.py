@@ -1,12 +1,23 @@
 """Reading and rewriting the hyperparameter constants at the top of a recipe file.
 
-A recipe keeps its dials as top-level `UPPER_CASE = <literal>  # what it does` lines (see
-training/recipes/bytelm.py). Ideas that only move those dials are the cheapest to propose and the
-easiest to read in a trace, so the offline brains edit them here, and the ladder carries such an
-idea over to a new champion by value (scale_ladder/admission.py): found with `ast` (so a comment
-or a string that looks like an assignment is never touched) and rewritten in place, keeping the
-rest of the file byte-identical so the diff an idea carries is exactly the line it changed. How
-far each may move is the search space's business (agents/search_space.py).
+A recipe keeps its dials as module-level `NAME = <literal>  # what it does` lines (see
+training/recipes/bytelm.py). Which assignments count as constants:
+
+- an UPPER_CASE name (`LEARNING_RATE = 3e-3`) anywhere at module level;
+- any other name (`learning_rate = 6e-4`, as a stock nanoGPT train.py writes its config) only in
+  the module's opening block: the statements before the first one that is not an import, a
+  docstring or bare string, or an assignment. Below that block (after nanoGPT's
+  `exec(open('configurator.py').read())`, say) lowercase names are the program's own state
+  (`iter_num = 0`), not dials;
+- never a name starting with `_`, and never a value that is not a literal (numbers, bools,
+  strings, tuples of numbers): `config_keys = [...]` is skipped, and does not end the block.
+
+Ideas that only move those dials are the cheapest to propose and the easiest to read in a trace,
+so the offline brains edit them here, and the ladder carries such an idea over to a new champion
+by value (scale_ladder/admission.py): found with `ast` (so a comment or a string that looks like
+an assignment is never touched) and rewritten in place, keeping the rest of the file
+byte-identical so the diff an idea carries is exactly the line it changed. How far each may move,
+and which the project holds fixed, is the search space's business (agents/search_space.py).
 """
 
 from __future__ import annotations
@@ -22,7 +33,10 @@ from typing import TypeAlias
 
 Value: TypeAlias = int | float | bool | str | tuple[float, ...]
 
-CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # a dial anywhere at module level
+# Statements that may open a module before its code starts: any other name assigned among them
+# is a dial too (a nanoGPT-style config block).
+OPENING = (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign)
 MAX_MAGNITUDE = 1e300  # larger numbers (and inf, nan) are not constants a search can move
 
 
@@ -85,14 +99,16 @@ def _segment(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> 
 def _sites(source: str) -> Mapping[str, _Site]:
     lines = source.split("\n")
     found: dict[str, _Site] = {}
+    opening = True  # still in the module's opening block
     for node in ast.parse(source).body:
+        opening = opening and (isinstance(node, OPENING) or _is_bare_string(node))
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value_node = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             target, value_node = node.target, node.value
         else:
             continue
-        if not isinstance(target, ast.Name) or not CONSTANT_NAME.match(target.id):
+        if not isinstance(target, ast.Name) or not _is_dial(target.id, opening):
             continue
         value = _literal(value_node)
         if value is None or value_node.end_lineno is None or value_node.end_col_offset is None:
@@ -115,9 +131,21 @@ def _sites(source: str) -> Mapping[str, _Site]:
     return types.MappingProxyType(found)
 
 
+def _is_bare_string(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _is_dial(name: str, opening: bool) -> bool:
+    return not name.startswith("_") and (opening or bool(CONSTANT_NAME.match(name)))
+
+
 def constants(source: str) -> dict[str, Constant]:
-    """Top-level `UPPER_CASE = literal` constants (numbers, bools, strings, tuples of numbers),
-    in order."""
+    """The module's constants (the rule is the module docstring's), in order: numbers, bools,
+    strings, tuples of numbers."""
     return {name: site.constant for name, site in _sites(source).items()}
 
 

@@ -21,13 +21,12 @@ from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
 from training.experiment_session import Cancelled, ChildGone, ExperimentSession, Progress, Stop
 from training.patching import PatchRefused, apply
-from training.process_outcome import fd_tail, outcome, remove_tree, result_fields
+from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
 from training.sandbox import Limits, scrubbed_env
 from training.zygote import start_experiment
 
 __all__ = ["PLAIN_NAME", "Cancelled", "RunLimits", "run_bytelm"]
 
-LOG_KEEP_BYTES = 4 * 1024**2  # the end of each log kept in the log dir (a run may print GBs)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a run id is a directory name
 
 
@@ -78,7 +77,7 @@ def run_bytelm(
     finally:
         tail = fd_tail(log)
         if log_dir is not None:
-            _keep_log(log, log_dir / f"{spec.run_id}.log")
+            keep_log(log, log_dir / f"{spec.run_id}.log")
         os.close(log)
         remove_tree(scratch)
     return RunResult(
@@ -142,10 +141,3 @@ def _experiment(
     if metric is None:
         return RunStatus.CRASH, "the experiment exited before its evaluation finished", None
     return RunStatus.OK, "", metric
-
-
-def _keep_log(log: int, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    size = os.fstat(log).st_size
-    start = max(0, size - LOG_KEEP_BYTES)
-    path.write_bytes(os.pread(log, size - start, start))

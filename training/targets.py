@@ -3,19 +3,21 @@ experiment runs at a tier.
 
 - `bytelm` (default): the built-in byte-level GPT; val_bpb, lower is better, computed by the
   locked evaluator (see runner, evaluator).
-- `command`: any project — an editable file, a run command, a metric the command prints as
-  `name: value`. The command gets its budget in SWARM_* environment variables; the runner still
-  enforces the hard wall-clock limit, rlimits, a scrubbed environment, writes confined to the
-  scratch copy and no network. Its metric is only as honest as the user's own run command.
+- `command`: any project — an editable file, a run command, a metric the command prints (see
+  command_io: placeholders, SWARM_* variables, how the metric is read). The command runs in a
+  copy of the project with the swarm's own interpreter first on PATH (so `python` has the
+  packages swarm was installed with); the runner still enforces the hard wall-clock limit,
+  rlimits, a scrubbed environment, writes confined to the scratch copy and no network, and
+  keeps the command's full log in logs/runs/. Its metric is only as honest as the user's own
+  run command.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -24,12 +26,14 @@ from typing import Protocol
 
 from bus.messages import RunResult, RunSpec, RunStatus
 from training import runner
+from training.command_io import CommandError, MetricReader, environment, parse_metric, render
 from training.corpus import load_corpus
 from training.experiment_session import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S
 from training.patching import PatchRefused, apply
 from training.process_outcome import (
     disk_usage,
     fd_tail,
+    keep_log,
     kill_group,
     outcome,
     remove_tree,
@@ -48,13 +52,17 @@ __all__ = ["RECIPE", "BytelmTarget", "CommandTarget", "Target", "parse_metric"]
 
 LOG_NAME = ".swarm-run.log"  # the command's output, in its copy of the project
 COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules", LOG_NAME)
+# The interpreter swarm runs on, not resolved: a virtual environment's python is a link.
+OWN_BIN = str(Path(sys.executable).parent)
 
 
 class Target(Protocol):
     name: str
     editable: str
-    metric_name: str
     lower_is_better: bool
+
+    @property
+    def metric_name(self) -> str: ...
 
     def initial_source(self) -> str: ...
 
@@ -105,9 +113,15 @@ class CommandTarget:
     project: Path
     editable: str
     command: str
-    metric_name: str
+    metric: MetricReader
     lower_is_better: bool = True
     name: str = "command"
+    own_python: bool = True  # the swarm's interpreter first on the command's PATH
+    skip: tuple[Path, ...] = ()  # folders inside the project never copied (the workspace)
+
+    @property
+    def metric_name(self) -> str:
+        return self.metric.name
 
     def initial_source(self) -> str:
         return (self.project / self.editable).read_text()
@@ -134,7 +148,7 @@ class CommandTarget:
         work = scratch / spec.run_id
         remove_tree(work)
         try:
-            shutil.copytree(self.project, work, ignore=shutil.ignore_patterns(*COPY_IGNORED))
+            shutil.copytree(self.project, work, ignore=self._ignored)
             (work / self.editable).write_text(patched)
             # The log is read through this handle, never through its path, which the command
             # may have replaced (a link to a file of the trainer's, a FIFO that blocks).
@@ -144,6 +158,8 @@ class CommandTarget:
                     spec, limits, work, log, device, cancel
                 )
                 tail = fd_tail(log)
+                if log_dir is not None:
+                    keep_log(log, log_dir / f"{spec.run_id}.log")
             finally:
                 os.close(log)
         finally:
@@ -157,6 +173,13 @@ class CommandTarget:
             log_tail=tail,
         )
 
+    def _ignored(self, folder: str, names: list[str]) -> set[str]:
+        """What the copy leaves out: caches, environments, the log's name, and the swarm's own
+        folders inside the project, whatever their names (a workspace copied into each of its
+        own runs would nest until the path is too long)."""
+        skipped = {n for n in names if (Path(folder) / n).resolve() in self.skip}
+        return skipped | set(shutil.ignore_patterns(*COPY_IGNORED)(folder, names))
+
     def _execute(
         self,
         spec: RunSpec,
@@ -166,18 +189,13 @@ class CommandTarget:
         device: str,
         cancel: threading.Event | None,
     ) -> tuple[RunStatus, str, float | None, float]:
-        env = scrubbed_env(
-            work,
-            {
-                "SWARM_BUDGET_KIND": spec.budget_kind.value,
-                "SWARM_BUDGET": f"{spec.budget:g}",
-                "SWARM_SEED": str(spec.seed),
-                "SWARM_TIER": str(spec.tier),
-                "SWARM_DIALS": json.dumps(spec.dials),
-                "SWARM_DEVICE": device,
-            },
-            cpu=not device.startswith("cuda"),
-        )
+        env = scrubbed_env(work, environment(spec, device), cpu=not device.startswith("cuda"))
+        if self.own_python:
+            env["PATH"] = os.pathsep.join(p for p in (OWN_BIN, env.get("PATH", "")) if p)
+        try:
+            command = render(self.command, spec)
+        except CommandError as exc:
+            return RunStatus.REFUSED, str(exc), None, 0.0
 
         def confine() -> None:  # between fork and exec: limits and Landlock survive exec
             set_rlimits(limits.limits)
@@ -190,7 +208,7 @@ class CommandTarget:
             return RunStatus.CRASH, f"the project copy cannot be checked: {exc}", None, 0.0
         started = time.monotonic()
         process = subprocess.Popen(
-            ["/bin/sh", "-c", self.command],
+            ["/bin/sh", "-c", command],
             cwd=work,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -220,10 +238,9 @@ class CommandTarget:
             status, reason = outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size)
             return status, reason, None, seconds
         output = os.pread(log, os.fstat(log).st_size, 0).decode("utf-8", errors="replace")
-        metric = parse_metric(output, self.metric_name)
+        metric = self.metric.read(output)
         if metric is None:
-            reason = f"no `{self.metric_name}: <number>` line in the output"
-            return RunStatus.CRASH, reason, None, seconds
+            return RunStatus.CRASH, self.metric.expected(), None, seconds
         return RunStatus.OK, "", metric, seconds
 
 
@@ -240,16 +257,3 @@ def _over_quota(work: Path, pid: int, copied: tuple[int, int], quota: Limits) ->
         f"disk quota exceeded: {added / 2**20:.0f} MiB in {new_files} files added to the copy "
         f"of the project (limit {quota.disk_bytes / 2**20:g} MiB, {quota.disk_files} files)"
     )
-
-
-def parse_metric(output: str, name: str) -> float | None:
-    """The last `name: value` line's value, if it is a finite number."""
-    pattern = re.compile(rf"^\s*{re.escape(name)}\s*:\s*([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
-    matches = pattern.findall(output)
-    if not matches:
-        return None
-    try:
-        value = float(matches[-1])
-    except ValueError:
-        return None
-    return value if value == value and abs(value) != float("inf") else None

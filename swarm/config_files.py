@@ -1,0 +1,177 @@
+"""Where the swarm's files come from, so `swarm` works from any folder.
+
+The config file is `--config`, else `swarm.toml` in the current folder, else
+`configs/swarm.toml` there (a checkout), else the one shipped in the package (configs/). Inside a
+config file, relative paths are relative to that file. An empty ladder, program, strategies or
+prices path means the file of the default name beside the config file if there is one, else the
+built-in one; an empty workspace means `swarm-workspace` in the current folder, an empty
+project the current folder. `swarm init` writes editable copies into a folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import configs
+from swarm.config import SwarmConfig, load_config, with_overrides
+
+BUILT_IN = Path(configs.__file__).parent
+CONFIG_NAME = "swarm.toml"
+FOLDER_CONFIGS = (Path(CONFIG_NAME), Path("configs") / CONFIG_NAME)
+DEFAULT_WORKSPACE = "swarm-workspace"
+
+# Keys holding a path, by section: relative values in a file are relative to that file.
+PATH_KEYS = {
+    "workspace": ("path",),
+    "bus": (
+        "creds_file",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
+        "server_tls_cert",
+        "server_tls_key",
+        "server_tls_client_ca",
+    ),
+    "target": ("data", "project"),
+    "ladder": ("path",),
+    "agents": ("program", "strategies"),
+    "llm": ("prices",),
+}
+
+
+def ladder_name(target: str) -> str:
+    return "ladder-command.toml" if target == "command" else "ladder.toml"
+
+
+# Files an empty path stands for: (section, key) -> its default name for a target.
+DEFAULT_FILES: dict[tuple[str, str], Callable[[str], str]] = {
+    ("ladder", "path"): ladder_name,
+    ("agents", "program"): lambda _: "program.md",
+    ("agents", "strategies"): lambda _: "strategies",
+    ("llm", "prices"): lambda _: "llm_prices.toml",
+}
+
+
+def find_config(explicit: Path | None, folder: Path) -> Path:
+    """The config file to load (its existence is the loader's to check when given)."""
+    if explicit is not None:
+        return explicit
+    for name in FOLDER_CONFIGS:
+        if (folder / name).is_file():
+            return folder / name
+    return BUILT_IN / CONFIG_NAME
+
+
+def absolute_paths(config: SwarmConfig, base: Path) -> SwarmConfig:
+    """Every relative path made absolute against `base` (empty ones stay empty)."""
+    for section, keys in PATH_KEYS.items():
+        values = getattr(config, section)
+        given = {
+            key: str((base / Path(value).expanduser()).resolve())
+            for key in keys
+            if (value := getattr(values, key))
+        }
+        config = with_overrides(config, section, **given)
+    return config
+
+
+def with_defaults(config: SwarmConfig, config_file: Path, cwd: Path) -> SwarmConfig:
+    """Empty paths filled: files beside the config file (for the final target), the workspace
+    and the project in the current folder; what stays empty means built in (`built_in`)."""
+    beside = config_file.resolve().parent
+    for (section, key), name in DEFAULT_FILES.items():
+        if not getattr(getattr(config, section), key):
+            candidate = beside / name(config.target.kind)
+            if candidate.exists():
+                config = with_overrides(config, section, **{key: str(candidate)})
+    if not config.workspace.path:
+        config = with_overrides(config, "workspace", path=str(cwd / DEFAULT_WORKSPACE))
+    if not config.target.project:
+        config = with_overrides(config, "target", project=str(cwd))
+    return config
+
+
+def built_in(config: SwarmConfig, section: str, key: str) -> Path:
+    """The path a key names, or its built-in file when it is empty."""
+    value = getattr(getattr(config, section), key)
+    return Path(value) if value else BUILT_IN / DEFAULT_FILES[(section, key)](config.target.kind)
+
+
+def ladder_path(config: SwarmConfig) -> Path:
+    return built_in(config, "ladder", "path")
+
+
+# What `swarm init` writes, by target: (built-in file, name in the folder).
+INIT_FILES = {
+    "bytelm": (("ladder.toml", "ladder.toml"), ("program.md", "program.md")),
+    "command": (("ladder-command.toml", "ladder.toml"), ("program.md", "program.md")),
+}
+
+
+class InitRefused(ValueError):
+    pass
+
+
+def init_folder(
+    folder: Path, target: str, force: bool = False, values: Mapping[str, str] | None = None
+) -> list[Path]:
+    """Editable copies of the defaults in `folder`: swarm.toml (pointing at the others, with
+    `values` as its [target] keys), the ladder for `target` and the research direction.
+    Refuses to overwrite a file without `force`."""
+    if target not in INIT_FILES:
+        raise InitRefused(f"swarm init: --target must be bytelm or command, got {target!r}")
+    written = [(folder / CONFIG_NAME, init_config(target, values or {}))]
+    written += [((folder / name), (BUILT_IN / src).read_text()) for src, name in INIT_FILES[target]]
+    existing = [path for path, _ in written if path.exists()]
+    if existing and not force:
+        names = ", ".join(p.name for p in existing)
+        raise InitRefused(f"swarm init: {names} already in {folder}; pass --force to overwrite")
+    for path, text in written:
+        path.write_text(text)
+    return [path for path, _ in written]
+
+
+def init_config(target: str, values: Mapping[str, str]) -> str:
+    """The built-in swarm.toml with its target, the copied files and `values` filled in."""
+    keys: dict[str, dict[str, str]] = {
+        "workspace": {"path": DEFAULT_WORKSPACE},
+        "target": {"kind": target},
+        "ladder": {"path": "ladder.toml"},
+        "agents": {"program": "program.md"},
+    }
+    if target == "command":
+        edit = values.get("edit", "train.py")
+        keys["target"] |= {
+            "project": ".",
+            "edit": edit,
+            "run": f"python {edit} --seed={{seed}}",
+            "metric": "val_loss",
+        }
+    keys["target"] |= values
+    return _set_keys((BUILT_IN / CONFIG_NAME).read_text(), keys)
+
+
+def _set_keys(text: str, keys: Mapping[str, Mapping[str, str]]) -> str:
+    """`text` (TOML) with each `key = ...` line of each [section] set to a new string value."""
+    lines, section, left = text.split("\n"), "", {s: dict(k) for s, k in keys.items()}
+    for i, line in enumerate(lines):
+        if line.startswith("["):
+            section = line.strip("[] ")
+            continue
+        key = line.split("=", 1)[0].strip()
+        if "=" in line and not line.startswith("#") and key in left.get(section, {}):
+            # A JSON string is a TOML basic string (same escapes).
+            lines[i] = f"{key} = {json.dumps(left[section].pop(key))}"
+    missing = [f"{s}.{k}" for s, rest in left.items() for k in rest]
+    if missing:  # the shipped file lost a key this function fills
+        raise AssertionError(f"configs/swarm.toml has no {', '.join(missing)}")
+    return "\n".join(lines)
+
+
+def load(explicit: Path | None, cwd: Path) -> tuple[SwarmConfig, Path]:
+    """The config file for `cwd` (or `explicit`), its relative paths made absolute, and where it
+    was found."""
+    path = find_config(explicit, cwd)
+    return absolute_paths(load_config(path), path.resolve().parent), path

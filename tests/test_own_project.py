@@ -1,0 +1,153 @@
+"""A user's own project, the way a new user meets the swarm: `swarm` installed from a wheel of
+this checkout (not the checkout itself), run from a folder outside it, on a stock nanoGPT-style
+training script (tests/nanogpt_project.py) with no wrapper and no renamed constants:
+`swarm init --target command` then `swarm start`, and the mistakes such a user makes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nanogpt_project import write_project
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_SOURCE = (".git", ".venv", "__pycache__", "*.egg-info", "build", "dist", "swarm-workspace")
+PIP_WHEEL = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]  # as pip installs it
+RUN = "python train.py --seed={seed} --max_iters={budget} --n_embd={n_embd}"
+
+
+def init(run: str = RUN) -> list[str]:
+    """The one `swarm init` a user types for this project."""
+    metric = ["--metric", "val_loss", "--metric-regex", r"val loss ([0-9.]+)"]
+    return ["init", "--target", "command", "--edit", "train.py", "--run", run, *metric]
+
+
+# Two small tiers; n_embd is a tier dial the command passes, so no researcher may move it.
+FAST_LADDER = """
+[[tier]]
+name = "small"
+budget = 30
+time_limit_s = 120
+seeds = 2
+[tier.dials]
+n_embd = 16
+
+[[tier]]
+name = "larger"
+budget = 60
+time_limit_s = 120
+seeds = 2
+[tier.dials]
+n_embd = 24
+"""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `swarm` program whose packages come from a wheel built from a copy of the checkout,
+    unpacked in a folder of its own (first on sys.path: the checkout is never imported); the
+    program is the script pip writes for the wheel's entry point."""
+    root = tmp_path_factory.mktemp("installed")
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
+    subprocess.run(
+        [*PIP_WHEEL, "-w", str(root / "wheel"), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = (root / "wheel").glob("research_swarm-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(root / "site")
+    launcher = root / "bin" / "swarm"
+    launcher.parent.mkdir()
+    site = root / "site"  # the script pip writes for the entry point, and the path it would have
+    launcher.write_text(
+        f"#!{sys.executable}\nimport os, sys\nsys.path.insert(0, {str(site)!r})\n"
+        f"os.environ['PYTHONPATH'] = {str(site)!r}  # the swarm's child processes\n"
+        "from swarm.cli import main\nsys.exit(main())\n"
+    )
+    launcher.chmod(0o755)
+    return launcher
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    folder = write_project(tmp_path / "my-gpt")
+    yield folder
+
+
+def swarm(launcher: Path, project: Path, *args: str, timeout: float = 120) -> str:
+    """`swarm ARGS` in `project` as a user runs it; its output (stdout and stderr)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = "/usr/bin:/bin"  # not on PATH: what `swarm` prints must still work
+    done = subprocess.run(
+        [str(launcher), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise AssertionError(f"swarm {' '.join(args)} exited {done.returncode}:\n{output}")
+    return output
+
+
+def test_the_launcher_imports_the_installed_copy(installed: Path, project: Path) -> None:
+    where = subprocess.run(
+        [sys.executable, "-c", "import configs, swarm; print(configs.__file__, swarm.__file__)"],
+        cwd=project,
+        env={"PYTHONPATH": str(installed.parent.parent / "site"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert str(REPO) not in where and str(installed.parent.parent / "site") in where
+
+
+def test_init_and_start_on_a_stock_training_script(installed: Path, project: Path) -> None:
+    said = swarm(installed, project, *init())
+    assert f"{installed} start" in said  # the follow-up, as it works when typed here
+    (project / "ladder.toml").write_text(FAST_LADDER)
+
+    one = swarm(installed, project, "run", "--tier", "0", "--seed", "1")
+    assert "status: OK" in one and "steps: unknown" in one, one
+
+    out = swarm(
+        installed, project, "start", "--agents", "2", "--max-experiments", "36", timeout=420
+    )
+    assert f'{installed} sql "select * from leaderboard limit 10"' in out
+    lineage = swarm(installed, project, "sql", "select version from lineage", "--format", "csv")
+    assert "2" in lineage.split(), f"nothing was stacked:\n{out}"
+    diff = swarm(installed, project, "champion", "diff", "1", "2")
+    added = [line[1:] for line in diff.splitlines() if line[:1] == "+" and line[:3] != "+++"]
+    moved = {line.split("=")[0].strip() for line in added}
+    assert moved and all(name.islower() for name in moved), diff
+    assert not moved & {"seed", "max_iters", "n_embd"}, diff  # set by the command: fixed
+    logs = list((project / "swarm-workspace" / "logs" / "runs").glob("*.log"))
+    ok = "select count(*) from runs where status = 'OK'"
+    runs = swarm(installed, project, "sql", ok, "--format", "csv")
+    assert len(logs) >= int(runs.split()[-1]) > 0, runs
+
+
+def test_a_mistyped_placeholder_stops_the_start_naming_it(installed: Path, project: Path) -> None:
+    swarm(installed, project, *init("python train.py --seed={sed}"))
+    with pytest.raises(AssertionError, match=r"exited 2:\n.*\{sed\} is neither"):
+        swarm(installed, project, "start", "--agents", "1", "--minutes", "1")
+    assert not (project / "swarm-workspace" / "ledger.duckdb").exists()
+
+
+def test_a_script_with_nothing_to_edit_stops_the_start(installed: Path, project: Path) -> None:
+    (project / "train.py").write_text("import sys\nconfig = dict(lr=1e-3)\nprint('val loss 1.0')\n")
+    swarm(installed, project, *init("python train.py --seed={seed}"))
+    with pytest.raises(AssertionError, match=r"exited 2:\n.*train.py.*could propose nothing"):
+        swarm(installed, project, "start", "--agents", "1", "--minutes", "1")
