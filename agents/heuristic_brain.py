@@ -243,8 +243,8 @@ class HeuristicBrain:
                 name, index = d.constant, d.index
                 tested = tested_on.get(name, [])
                 tail = (
-                    f"{len(tested)} ideas moved it on v{board.version}, best gain "
-                    f"{max(_gain(f) for f in tested):.3g}."
+                    f"{len(tested)} idea{'' if len(tested) == 1 else 's'} moved it on "
+                    f"v{board.version} (best gain {max(_gain(f) for f in tested):+.3g})."
                     if tested
                     else f"Untested on champion v{board.version}."
                 )

@@ -45,7 +45,10 @@ class Verdict(enum.StrEnum):
     RETEST = "RETEST"
     STALE = "STALE"  # the champion moved on and the idea's patch no longer applies to it
     REFUSED = "REFUSED"  # not admitted: a duplicate, or a patch that does not apply
-    HELD = "HELD"  # passed the top tier; waits for a person (`swarm approve` / `swarm reject`)
+    # An idea: passed the top tier and waits for a person (`swarm approve` / `swarm reject`).
+    # No idea (idea_id ""): a whole tier held, its champion scoring the same on every seed
+    # (rule `seed_ignored: ...`, scale_ladder/rules.py).
+    HELD = "HELD"
 
 
 class BudgetKind(enum.StrEnum):

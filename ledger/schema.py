@@ -242,7 +242,7 @@ VIEWS: dict[str, str] = {
         UNION ALL SELECT idea_id, created_at,
                'decision t' || tier || ': ' || verdict || ' (' || decided_by || ')',
                rule || CASE WHEN delta IS NULL THEN '' ELSE
-                   printf(' (Δ %.4f, σ %.4f, n %d)', delta, coalesce(sigma, 0), n) END
+                   printf(' (gain %+.4f, σ %.4f, n %d)', delta, coalesce(sigma, 0), n) END
         FROM decisions
         ORDER BY idea_id, happened_at""",
     # Each strategy version's hit rate per tier: ideas its researcher proposed while it was in

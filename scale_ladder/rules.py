@@ -43,9 +43,11 @@ from dataclasses import dataclass
 from bus.messages import Verdict
 
 MIN_PAIRS_FOR_POOLED_SIGMA = 6
-# A σ_d this small next to the metrics is float rounding, not seed noise (a change that shifts
-# the reported metric by a constant pairs to the same gain on every seed, up to rounding).
-ROUNDING = 1e-12
+# A σ_d (or a spread across seeds) this small next to the metrics is rounding or float jitter
+# (float32 sums, GPU kernels: ~1e-7 relative), not seed noise, which in training is orders of
+# magnitude larger; a change that shifts the reported metric by a constant pairs to the same
+# gain on every seed, up to such jitter (found by a red team at 1e-9 and 1e-7).
+ROUNDING = 1e-6
 SEED_IGNORED = "seed_ignored"  # the rule of a tier held because its baseline ignores the seed
 
 
@@ -57,6 +59,11 @@ class PromotionRule:
     cold_start: int = 8
     seeds: int = 2
     max_seeds: int = 6
+    # A racing win on one seed is confirmed on a second before PROMOTE: there an idea that pins
+    # its own seed (ignoring the one it is given) shows as identical while the baseline moves.
+    # The first tier does it (tiers.py): an idea pins its seed at every tier, and the first is
+    # the cheapest place to catch it (a red team stacked 11 of 40 such ideas without it).
+    confirm_wins: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +144,13 @@ def measured(sigma: float | None, scale: float = 0.0) -> bool:
 
 
 def seed_ignored(metrics: Mapping[int, float]) -> list[int]:
-    """The seeds, sorted, when the metrics on two or more seeds are all exactly equal: a run
-    that ignores its seed. Otherwise []."""
-    if len(metrics) >= 2 and len(set(metrics.values())) == 1:
-        return sorted(metrics)
-    return []
+    """The seeds, sorted, when the metrics on two or more seeds are all equal up to ROUNDING:
+    a run that ignores its seed. Otherwise []."""
+    values = list(metrics.values())
+    if len(values) < 2:
+        return []
+    spread, scale = max(values) - min(values), max(abs(v) for v in values)
+    return sorted(metrics) if spread <= ROUNDING * scale else []
 
 
 def seed_ignored_reason(seeds: Sequence[int], metric: float, tier: int | None = None) -> str:
@@ -196,6 +205,9 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
     if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
         numbers += "; σ_d ≈ 0 (the paired gains are equal on every seed): no noise estimate"
     elif delta - gate > 0 and delta >= needed:
+        if rule.confirm_wins and n < 2 <= rule.max_seeds:  # racing's one seed: see the rule
+            why = f"a win on one seed, confirmed on a second: {numbers}"
+            return _more(rule, 2, n, delta, sigma, why)
         return _rank_gate(rule, evidence, delta, sigma, n, numbers)
     if delta + gate < needed:
         return Outcome(Verdict.REJECT, f"clearly below the minimum: {numbers}", delta, sigma, n)

@@ -12,6 +12,7 @@ Two top-level keys apply to the whole ladder: require_approval and near_duplicat
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -192,7 +193,8 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
         for key, kind in _RULE_FIELDS.items()
         if key in raw
     }
-    rule = PromotionRule(seeds=values["seeds"], **rule_values)
+    # Only the first tier confirms a one-seed win on a second seed (rules.PromotionRule).
+    rule = PromotionRule(seeds=values["seeds"], confirm_wins=index == 0, **rule_values)
     if "max_concurrent" in raw:
         values["max_concurrent"] = _value(where, "max_concurrent", int, raw["max_concurrent"], True)
     if rule.max_seeds < rule.seeds:
@@ -237,6 +239,10 @@ def _free_dials(where: str, table: Any) -> dict[str, Dial]:
             raise LadderConfigError(
                 f"{where}.dials.{name} must be a number, true/false or a string, got {value!r}"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise LadderConfigError(f"{where}.dials.{name} must be a finite number, got {value}")
+        if isinstance(value, str) and not value.isprintable():  # it goes into a command line
+            raise LadderConfigError(f"{where}.dials.{name}: control characters in {value!r}")
     return dict(table)
 
 
@@ -244,6 +250,8 @@ def _value(where: str, key: str, kind: type, value: Any, positive: bool) -> Any:
     ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
     if not ok or isinstance(value, bool):
         raise LadderConfigError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
+    if kind is float and not math.isfinite(value):  # nan passes `<= 0`; inf is no limit
+        raise LadderConfigError(f"{where}.{key} must be a finite number, got {value!r}")
     if positive and kind in (int, float) and value <= 0:
         raise LadderConfigError(f"{where}.{key} must be positive, got {value!r}")
     return float(value) if kind is float else value

@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_target_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("what to optimise (default: the built-in bytelm)")
+    group = parser.add_argument_group("what to optimise (default: target.kind in the config)")
     group.add_argument("--target", choices=["bytelm", "command", "synthetic"])
     group.add_argument("--data", help="bytelm: your own text file or folder")
     group.add_argument("--project", help="command: project folder (default: .)")
@@ -184,6 +184,11 @@ def _add_target_flags(parser: argparse.ArgumentParser) -> None:
         "--metric-json", action="store_true", help="command: read it from the last JSON object"
     )
     group.add_argument("--maximize", action="store_true", help="command: higher is better")
+    group.add_argument(
+        "--fixed",
+        metavar="NAMES",
+        help='command: constants researchers leave alone, names or globs ("out_dir, eval_*")',
+    )
 
 
 def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
@@ -248,6 +253,7 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
         metric_regex=flag("metric_regex"),
         metric_from="regex" if flag("metric_regex") else "json" if flag("metric_json") else None,
         direction="maximize" if flag("maximize") else None,
+        fixed=flag("fixed"),
     )
     config = with_overrides(config, "trainers", count=flag("trainers"))
     brain, count = flag("brain"), flag("agents") if args.command == "start" else flag("count")
@@ -266,7 +272,14 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     # absolute, so child processes and later reads agree whatever their directory.
     config = config_files.absolute_paths(config, cwd)
     config = config_files.with_defaults(config, config_file, cwd)
-    return config, Workspace(Path(config.workspace.path))
+    workspace = Path(config.workspace.path).resolve()
+    if config.target.kind == "command" and workspace == Path(config.target.project).resolve():
+        raise ConfigError(
+            f"the workspace {workspace} is the project folder itself: every experiment copies "
+            "the project, so it would copy its own runs; use a folder inside it or elsewhere "
+            "(--workspace, workspace.path)"
+        )
+    return config, Workspace(workspace)
 
 
 def _opt_str(value: Path | None) -> str | None:
@@ -294,12 +307,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _init(args: argparse.Namespace, folder: Path) -> str:
-    """`swarm init`: the files, then the target flags given written into swarm.toml."""
+    """`swarm init`: the files, the target flags given written into swarm.toml, and whether
+    that config works (a mistake is named now, not after the first experiment)."""
     target = args.target or "bytelm"
     written = config_files.init_folder(folder, target, args.force, _init_values(args))
     files = ", ".join(p.name for p in written)
-    then = f"{swarm_program(folder)} start"
-    return f"wrote {files} in {folder}\nedit them, then run: {then}"
+    swarm = swarm_program(folder)
+    lines = [f"wrote {files} in {folder}"]
+    try:
+        make_ladder(configure(build_parser().parse_args(["status"]))[0])
+    except (ConfigError, ValueError) as exc:
+        lines.append(f"swarm: warning: {exc}\nfix it in swarm.toml or ladder.toml, then run:")
+    else:
+        lines.append("edit them as you like; try one experiment, then start the swarm:")
+    lines += [f"  {swarm} run --tier 0 --seed 1", f"  {swarm} start"]
+    return "\n".join(lines)
+
+
+def _what_it_runs(args: argparse.Namespace, config: SwarmConfig) -> str:
+    """The target and the config file a start uses: a folder without a config of its own runs
+    the built-in bytelm, which should not come as a surprise."""
+    cwd = Path.cwd()
+    found = config_files.find_config(args.config, cwd)
+    own = args.config is not None or any((cwd / n).is_file() for n in config_files.FOLDER_CONFIGS)
+    source = found if own else f"{found} (built in: no swarm.toml here)"
+    t = config.target
+    if t.kind == "command":
+        what = f"command target: {t.run!r} on {t.edit}, metric {t.metric} ({t.direction})"
+    else:
+        what = f"target {t.kind}"
+    return f"swarm: {what}; config {source}; ladder {config_files.ladder_path(config)}"
 
 
 def _init_values(args: argparse.Namespace) -> dict[str, str]:
@@ -313,12 +350,14 @@ def _init_values(args: argparse.Namespace) -> dict[str, str]:
         "metric_regex": args.metric_regex,
         "metric_from": "regex" if args.metric_regex else "json" if args.metric_json else None,
         "direction": "maximize" if args.maximize else None,
+        "fixed": args.fixed,
     }
     return {key: value for key, value in given.items() if value is not None}
 
 
 async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> int:
     if args.command == "start":
+        print(_what_it_runs(args, config), flush=True)
         await start_swarm(config, workspace, args.minutes)
     elif args.command == "ledger":
         await run_ledger(config, workspace)
@@ -382,8 +421,7 @@ async def _people(args: argparse.Namespace, config: SwarmConfig, workspace: Work
     if args.action == "diff":
         return await people.champion_diff(config, workspace, args.version, args.other)
     if args.action == "export":
-        out = args.out or Path(f"champion-v{args.version or 'current'}.py")
-        return await people.champion_export(config, workspace, args.version, out)
+        return await people.champion_export(config, workspace, args.version, args.out)
     if args.version is None:
         raise ConfigError("swarm champion revert needs a VERSION")
     return await people.control(config, workspace, action="revert", version=args.version)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -202,6 +203,8 @@ def load_config(path: Path) -> SwarmConfig:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path}: cannot be read: {exc}") from None
     return parse_config(data, str(path))
 
 
@@ -289,6 +292,8 @@ def _check(key: str, hint: Any, value: Any, source: str) -> Any:
         raise ConfigError(
             f"{source}: {key} must be {hint.__name__}, got {type(value).__name__} {value!r}"
         )
+    if hint is float and not math.isfinite(value):  # nan passes every comparison below
+        raise ConfigError(f"{source}: {key} must be a finite number, got {value!r}")
     if key in POSITIVE and value <= 0:
         raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
     if key in CHOICES and value not in CHOICES[key]:
@@ -328,6 +333,8 @@ def dump_config(config: SwarmConfig) -> str:
         values = getattr(config, section.name)
         for f in dataclasses.fields(values):
             value = getattr(values, f.name)
-            lines.append(f"{f.name} = {json.dumps(value)}")  # JSON scalars are TOML scalars
+            # JSON scalars are TOML scalars, given the characters as they are: JSON's \ud83d
+            # surrogate pairs are not valid TOML escapes.
+            lines.append(f"{f.name} = {json.dumps(value, ensure_ascii=False)}")
         lines.append("")
     return "\n".join(lines)

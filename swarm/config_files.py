@@ -48,7 +48,7 @@ def ladder_name(target: str) -> str:
 # Files an empty path stands for: (section, key) -> its default name for a target.
 DEFAULT_FILES: dict[tuple[str, str], Callable[[str], str]] = {
     ("ladder", "path"): ladder_name,
-    ("agents", "program"): lambda _: "program.md",
+    ("agents", "program"): lambda t: "program-command.md" if t == "command" else "program.md",
     ("agents", "strategies"): lambda _: "strategies",
     ("llm", "prices"): lambda _: "llm_prices.toml",
 }
@@ -106,7 +106,7 @@ def ladder_path(config: SwarmConfig) -> Path:
 # What `swarm init` writes, by target: (built-in file, name in the folder).
 INIT_FILES = {
     "bytelm": (("ladder.toml", "ladder.toml"), ("program.md", "program.md")),
-    "command": (("ladder-command.toml", "ladder.toml"), ("program.md", "program.md")),
+    "command": (("ladder-command.toml", "ladder.toml"), ("program-command.md", "program.md")),
 }
 
 
@@ -124,12 +124,18 @@ def init_folder(
         raise InitRefused(f"swarm init: --target must be bytelm or command, got {target!r}")
     written = [(folder / CONFIG_NAME, init_config(target, values or {}))]
     written += [((folder / name), (BUILT_IN / src).read_text()) for src, name in INIT_FILES[target]]
-    existing = [path for path, _ in written if path.exists()]
+    existing = [path for path, _ in written if path.exists() or path.is_symlink()]
     if existing and not force:
         names = ", ".join(p.name for p in existing)
         raise InitRefused(f"swarm init: {names} already in {folder}; pass --force to overwrite")
-    for path, text in written:
-        path.write_text(text)
+    links = [p.name for p in existing if p.is_symlink() or not p.is_file()]
+    if links:  # --force replaces files, never writes through a link or over a folder
+        raise InitRefused(f"swarm init: {', '.join(links)} in {folder}: not a plain file")
+    try:
+        for path, text in written:
+            path.write_text(text)
+    except OSError as exc:
+        raise InitRefused(f"swarm init: cannot write in {folder}: {exc}") from None
     return [path for path, _ in written]
 
 
@@ -163,7 +169,7 @@ def _set_keys(text: str, keys: Mapping[str, Mapping[str, str]]) -> str:
         key = line.split("=", 1)[0].strip()
         if "=" in line and not line.startswith("#") and key in left.get(section, {}):
             # A JSON string is a TOML basic string (same escapes).
-            lines[i] = f"{key} = {json.dumps(left[section].pop(key))}"
+            lines[i] = f"{key} = {json.dumps(left[section].pop(key), ensure_ascii=False)}"
     missing = [f"{s}.{k}" for s, rest in left.items() for k in rest]
     if missing:  # the shipped file lost a key this function fills
         raise AssertionError(f"configs/swarm.toml has no {', '.join(missing)}")

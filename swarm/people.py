@@ -62,13 +62,20 @@ async def control(config: SwarmConfig, workspace: Workspace, **request: object) 
 
 
 async def champion_source(config: SwarmConfig, workspace: Workspace, version: int | None) -> str:
+    return (await champion(config, workspace, version))[1]
+
+
+async def champion(
+    config: SwarmConfig, workspace: Workspace, version: int | None
+) -> tuple[int, str]:
+    """A champion version (the latest when None) and its recipe."""
     where = f"WHERE version = {int(version)}" if version is not None else ""
     sql = f"SELECT version, source FROM champions {where} ORDER BY version DESC LIMIT 1"
     rows = (await query(workspace, config, sql)).table.to_pylist()
     if not rows:
         what = f"champion v{version}" if version is not None else "any champion"
         raise ControlRefused(f"the ledger has no {what} yet")
-    return str(rows[0]["source"])
+    return int(rows[0]["version"]), str(rows[0]["source"])
 
 
 async def champion_history(config: SwarmConfig, workspace: Workspace) -> str:
@@ -82,22 +89,21 @@ async def champion_history(config: SwarmConfig, workspace: Workspace) -> str:
 async def champion_diff(
     config: SwarmConfig, workspace: Workspace, old: int | None, new: int | None
 ) -> str:
-    newer = await champion_source(config, workspace, new)
+    new, newer = await champion(config, workspace, new)
     if old is None:
-        sql = "SELECT max(version) AS v FROM champions"
-        latest = (await query(workspace, config, sql)).table.to_pylist()[0]["v"]
-        old = max(1, (new or int(latest or 1)) - 1)
+        old = max(1, new - 1)
     older = await champion_source(config, workspace, old)
     text = "".join(
-        difflib.unified_diff(
-            older.splitlines(True), newer.splitlines(True), f"v{old}", f"v{new or 'current'}"
-        )
+        difflib.unified_diff(older.splitlines(True), newer.splitlines(True), f"v{old}", f"v{new}")
     )
-    return text or f"v{old} and v{new or 'current'} are the same recipe"
+    return text or f"v{old} and v{new} are the same recipe"
 
 
 async def champion_export(
-    config: SwarmConfig, workspace: Workspace, version: int | None, out: Path
+    config: SwarmConfig, workspace: Workspace, version: int | None, out: Path | None
 ) -> str:
-    out.write_text(await champion_source(config, workspace, version))
-    return f"wrote champion v{version or 'current'} to {out}"
+    """The champion's recipe in `out` (default: champion-v<N>.py here)."""
+    version, source = await champion(config, workspace, version)
+    out = out or Path(f"champion-v{version}.py")
+    out.write_text(source)
+    return f"wrote champion v{version} to {out}"

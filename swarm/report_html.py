@@ -102,9 +102,10 @@ def _leaderboard(data: ReportData) -> list[str]:
         return [*out, '<p class="muted">no successful idea runs yet</p>']
     out.append(
         '<p class="muted">best ideas per tier, by their mean against the champion\'s baseline '
-        "mean on the same tier and champion version</p>"
+        "mean on the same tier and champion version; gain: positive is better, as in the "
+        "decisions</p>"
     )
-    header = ["idea", "author", "hypothesis", "champion", "mean", "baseline", "delta", "runs"]
+    header = ["idea", "author", "hypothesis", "champion", "mean", "baseline", "gain", "runs"]
     for tier in sorted({row.tier for row in board}, reverse=True):
         rows = []
         for row in (r for r in board if r.tier == tier):
@@ -120,7 +121,7 @@ def _leaderboard(data: ReportData) -> list[str]:
                     _td(f"v{row.champion_version}"),
                     _num(row.mean_metric),
                     _num(row.baseline_mean),
-                    _num(delta, "+.4f", css),
+                    _num(gain, "+.4f", css),
                     _num(row.n_runs, "d"),
                 ]
             )

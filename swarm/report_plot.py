@@ -2,7 +2,8 @@
 
 Grey dots are idea runs, dark diamonds the champion's baseline runs, the step line the champion's
 level (the mean of its baseline runs at that tier, per champion version), red the runs of ideas
-that were later stacked into the champion, and orange ticks along the bottom the failed runs.
+that were later stacked into the champion, orange ticks along the bottom the failed runs and
+grey ticks the skipped ones (the champion moved on before they ran).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ IDEA_COLOR = "#9e9e9e"
 CHAMPION_COLOR = "#1f3b73"
 STACKED_COLOR = "#d62728"
 FAILED_COLOR = "#e08000"
+SKIPPED_COLOR = "#b0b0b0"
 PANEL_HEIGHT = 3.2  # inches per tier
 DPI = 100
 
@@ -52,6 +54,21 @@ def plot_progress(data: ReportData, path: Path) -> None:
         plt.close(fig)
 
 
+def _ticks(ax: Axes, xs: list[int], color: str, label: str) -> None:
+    """Runs without a metric, as ticks along the bottom of the panel."""
+    if xs:
+        ax.plot(
+            xs,
+            [0.02] * len(xs),
+            linestyle="none",
+            marker="|",
+            markersize=8,
+            color=color,
+            transform=ax.get_xaxis_transform(),
+            label=label,
+        )
+
+
 def _panel(
     ax: Axes,
     tier: int,
@@ -64,8 +81,11 @@ def _panel(
     baselines: list[tuple[int, float]] = []
     winners: dict[str, list[tuple[int, float]]] = defaultdict(list)
     failed: list[int] = []
+    skipped: list[int] = []  # never trained: the champion moved on before they ran
     for x, run in enumerate(runs, start=1):
-        if not run.ok or run.metric is None:
+        if run.status == "SKIPPED":
+            skipped.append(x)
+        elif not run.ok or run.metric is None:
             failed.append(x)
         elif not run.idea_id:
             baselines.append((x, run.metric))
@@ -96,24 +116,16 @@ def _panel(
             color=STACKED_COLOR,
             fontweight="bold",
         )
-    if failed:
-        ax.plot(
-            failed,
-            [0.02] * len(failed),
-            linestyle="none",
-            marker="|",
-            markersize=8,
-            color=FAILED_COLOR,
-            transform=ax.get_xaxis_transform(),
-            label="failed run",
-        )
+    _ticks(ax, failed, FAILED_COLOR, "failed run")
+    _ticks(ax, skipped, SKIPPED_COLOR, "skipped run (champion moved)")
     if not (ideas or baselines or winners):
         ax.text(0.5, 0.5, "no successful runs", ha="center", va="center", transform=ax.transAxes)
 
-    ok = len(runs) - len(failed)
+    ok = len(runs) - len(failed) - len(skipped)
     n_ideas = len({run.idea_id for run in runs if run.idea_id})
+    skips = f", {len(skipped)} skipped" if skipped else ""
     ax.set_title(
-        f"tier {tier}: {len(runs)} runs ({ok} ok, {len(failed)} failed), "
+        f"tier {tier}: {len(runs)} runs ({ok} ok, {len(failed)} failed{skips}), "
         f"{len(baselines)} baseline, {n_ideas} ideas",
         fontsize=10,
     )

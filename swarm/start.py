@@ -30,6 +30,7 @@ from bus.embedded_server import (
 from bus.nats_bus import BusSettings, connect
 from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
+from swarm.champion_health import broken_champion
 from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder
@@ -72,6 +73,7 @@ async def start_swarm(
     stop_on_signals(stop, lambda signum: log.info("signal %d: stopping", signum))
     server: EmbeddedNatsServer | None = None
     children: list[ManagedProcess] = []
+    failures: list[str] = []  # why the swarm stopped by itself, if it had to (champion_health)
     try:
         if config.bus.url:
             settings = bus_settings(config)
@@ -146,7 +148,7 @@ async def start_swarm(
                 keepers = [group.create_task(child.keep_alive()) for child in children]
                 if server is not None:
                     keepers.append(group.create_task(_keep_server_alive(server)))
-                reporter = group.create_task(_report(nc, config, out, stop, minutes))
+                reporter = group.create_task(_report(nc, config, out, stop, minutes, failures))
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline)
                 # Trainers first (they hand unfinished jobs back), the ledger last (it commits).
@@ -165,6 +167,8 @@ async def start_swarm(
         lock.close()
         print("swarm: stopped", file=out, flush=True)
     await _farewell(config, workspace, out)
+    if failures:
+        raise SwarmError(failures[0])
 
 
 def embedded_server(config: SwarmConfig, workspace: Workspace) -> EmbeddedNatsServer:
@@ -248,7 +252,12 @@ async def _wait(stop: asyncio.Event, deadline: float | None) -> None:
 
 
 async def _report(
-    nc: Client, config: SwarmConfig, out: TextIO, stop: asyncio.Event, minutes: float | None
+    nc: Client,
+    config: SwarmConfig,
+    out: TextIO,
+    stop: asyncio.Event,
+    minutes: float | None,
+    failures: list[str],
 ) -> None:
     """The live view (a rich screen on a terminal, one line per update in a log), and the
     experiment limit: the swarm stops once the ledger holds that many results."""
@@ -261,10 +270,14 @@ async def _report(
             timeout = min(5.0, config.status.interval_s)
             try:
                 snapshot = await gather_snapshot(nc, started, minutes, limit, timeout)
+                broken = await broken_champion(nc, timeout)
             except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
                 print(f"swarm: bus not answering ({exc or type(exc).__name__})", file=out)
                 continue
             view.update(snapshot)
+            if broken:
+                failures.append(broken)
+                stop.set()
             if limit and not snapshot.error and snapshot.experiments_run >= limit:
                 log.info("%d experiments run: stopping", snapshot.experiments_run)
                 stop.set()

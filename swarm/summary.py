@@ -20,6 +20,10 @@ BASELINES_SQL = """SELECT tier, champion_version AS version, seed, min(metric) A
     FROM champion_runs GROUP BY ALL ORDER BY tier, version, seed"""
 SIGMA_SQL = """SELECT tier, median(sigma) AS sigma FROM decisions
     WHERE sigma IS NOT NULL GROUP BY tier"""
+LATEST_SQL = "SELECT max(version) AS v FROM champions"
+# Tiers held as a whole (no idea: the champion scores the same on every seed), latest first.
+HELD_SQL = """SELECT tier, arg_max(rule, created_at) AS rule FROM decisions
+    WHERE idea_id = '' AND verdict = 'HELD' GROUP BY tier ORDER BY tier"""
 
 EXAMPLES = [
     "select * from leaderboard limit 10",
@@ -47,7 +51,9 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
     for tier, counts in sorted(verdicts.items()):
         lines.append(f"tier {tier} verdicts: {', '.join(counts)}")
     sigmas = {int(r["tier"]): float(r["sigma"]) for r in rows(SIGMA_SQL)}  # type: ignore[call-overload, arg-type]
-    lines += champion_moves(rows(BASELINES_SQL), sigmas)
+    latest = int(rows(LATEST_SQL)[0]["v"] or 1)  # type: ignore[call-overload]
+    lines += champion_moves(rows(BASELINES_SQL), sigmas, latest)
+    lines += [f"tier {r['tier']} held: {r['rule']}" for r in rows(HELD_SQL)]
     lines.append(f"ledger: {workspace.ledger_path} (snapshots in {workspace.snapshot_dir})")
     lines.append("ask it, e.g.:")
     swarm = swarm_command(workspace.root)
@@ -55,8 +61,11 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
     return "\n".join(lines)
 
 
-def champion_moves(baselines: list[dict[str, object]], sigmas: dict[int, float]) -> list[str]:
-    """Per tier: the first champion's baseline against the latest one's, paired by seed."""
+def champion_moves(
+    baselines: list[dict[str, object]], sigmas: dict[int, float], latest: int = 0
+) -> list[str]:
+    """Per tier: the first champion's baseline against the latest one measured there, paired
+    by seed, and whether a newer champion is still to be measured there."""
     table: dict[int, dict[int, dict[int, float]]] = {}
     for r in baselines:
         tier, version, seed = int(r["tier"]), int(r["version"]), int(r["seed"])  # type: ignore[call-overload]
@@ -64,10 +73,11 @@ def champion_moves(baselines: list[dict[str, object]], sigmas: dict[int, float])
     lines = []
     for tier, versions in sorted(table.items()):
         first, last = min(versions), max(versions)
+        later = f"; v{latest} not measured here yet" if latest > last else ""
         seeds = sorted(set(versions[first]) & set(versions[last]))
         if first == last or not seeds:
             mean = statistics.fmean(versions[last].values())
-            lines.append(f"tier {tier} champion: v{last} at {mean:.4f} (no change measured)")
+            lines.append(f"tier {tier} champion: v{last} at {mean:.4f} (no change measured{later})")
             continue
         gains = [versions[first][s] - versions[last][s] for s in seeds]
         delta = statistics.fmean(gains)
@@ -81,6 +91,6 @@ def champion_moves(baselines: list[dict[str, object]], sigmas: dict[int, float])
         paired = f"{len(gains)} paired seed" + ("s" if len(gains) > 1 else "")
         lines.append(
             f"tier {tier} champion: v{first} {was:.4f} -> v{last} {was - delta:.4f} "
-            f"(gain {delta:+.4f} over {paired}; {band})"
+            f"(gain {delta:+.4f} over {paired}; {band}{later})"
         )
     return lines

@@ -10,10 +10,11 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import Tier, load_tiers
+from swarm.champion_health import printable
 from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
-from swarm.ladder_process import metric_reader, require_target_keys, target_info
+from swarm.ladder_process import check_command, metric_reader, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
 from training.synthetic import SyntheticTarget
@@ -27,7 +28,7 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
         return BytelmTarget(workspace.root / "corpus", Path(t.data) if t.data else None)
     if t.kind == "synthetic":
         return SyntheticTarget()
-    require_target_keys(config, ("edit", "run", "metric"))
+    check_command(config, tiers(config))  # before any run: a bad regex fails here, named
     info = target_info(config)
     return CommandTarget(
         Path(t.project).resolve(),
@@ -108,14 +109,8 @@ def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
         lines["reason"] = result.reason
     text = "\n".join(f"{key}: {value}" for key, value in lines.items())
     if result.status != RunStatus.OK and result.log_tail:
-        text += f"\n--- the end of its log ---\n{_printable(result.log_tail.rstrip())}"
+        text += f"\n--- the end of its log ---\n{printable(result.log_tail.rstrip())}"
     return text
-
-
-def _printable(text: str) -> str:
-    """The experiment wrote it: control characters (escape sequences that would redraw the
-    terminal) are shown as `?`."""
-    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
 
 
 async def run_worker(

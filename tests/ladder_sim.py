@@ -87,7 +87,8 @@ def metric(source: str, seed: int) -> float:
 Runner = Callable[[RunSpec, str], RunResult]
 
 
-def ok_runner(spec: RunSpec, source: str) -> RunResult:
+def ok_result(spec: RunSpec, value: float) -> RunResult:
+    """The OK result of `spec` with `value` as its metric."""
     return RunResult(
         spec.run_id,
         spec.tier,
@@ -95,8 +96,12 @@ def ok_runner(spec: RunSpec, source: str) -> RunResult:
         spec.champion_version,
         RunStatus.OK,
         idea_id=spec.idea_id,
-        metric=metric(source, spec.seed),
+        metric=value,
     )
+
+
+def ok_runner(spec: RunSpec, source: str) -> RunResult:
+    return ok_result(spec, metric(source, spec.seed))
 
 
 class Sim:

@@ -61,6 +61,7 @@ def test_sql_while_running_and_after_stop(running_swarm: RunningSwarm) -> None:
 
     status = run_swarm(root, "status")
     assert "swarm: running" in status.stdout and "runs=60" in status.stdout
+    assert "researchers=0" in status.stdout  # as the live view counts them: no agents here
 
     output = running_swarm.stop()
     assert "swarm: stopped" in output

@@ -243,3 +243,55 @@ def test_a_workspace_inside_the_project_is_never_copied(project: Path) -> None:
     copied = result.log_tail.splitlines()
     assert "./data" in copied and "./train.py" in copied
     assert not any(line.startswith("./my-runs") for line in copied)
+
+
+# --- what a red team found ----------------------------------------------------------------
+
+
+def test_a_metric_line_never_spans_lines() -> None:
+    """`\\s` spans newlines: the line pattern matched `val_loss:` and a number lines below it,
+    and went quadratic on blank lines."""
+    assert MetricReader("val_loss").read("val_loss:\n\n\n 2.5\n") is None
+    assert MetricReader("val_loss").read("\n" * 100_000 + "val_loss: 2.5\r\n" + "\n" * 10) == 2.5
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"val_loss": 1' + "0" * 400 + "}", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+)
+def test_an_unreadable_json_object_is_no_metric_not_a_crash(line: str) -> None:
+    assert MetricReader("val_loss", "json").read(f'{{"val_loss": 2.0}}\n{line}\n') in (None, 2.0)
+
+
+def test_the_project_copy_keeps_links_as_links(project: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "big-data"
+    outside.mkdir()
+    (outside / "train.bin").write_bytes(b"x" * 1000)
+    (project / "data").symlink_to(outside)
+    (project / "loop").symlink_to(project / "loop")  # a loop: copied as what it is
+    result = run_in(
+        project, "test -L data && cat data/train.bin | wc -c; python train.py", tmp_path
+    )
+    assert result.status == RunStatus.OK, result.reason
+    assert result.log_tail.splitlines()[0].strip() == "1000"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("time_limit_s = nan\n", "time_limit_s must be a finite number"),
+        ("budget = inf\n", "budget must be a finite number"),
+        ('[tier.dials]\nname = "a\\u0000b"\n', "control characters"),
+        ("[tier.dials]\nscale = nan\n", "dials.scale must be a finite number"),
+    ],
+)
+def test_a_ladder_refuses_numbers_and_text_a_run_cannot_use(
+    tmp_path: Path, change: str, reason: str
+) -> None:
+    head = '[[tier]]\nname = "t"\nseeds = 2\n'
+    rest = {"time_limit_s": "time_limit_s = 60\n", "budget": "budget = 1\n"}
+    body = "".join(v for k, v in rest.items() if not change.startswith(k))
+    path = tmp_path / "ladder.toml"
+    path.write_text(head + body + change)
+    with pytest.raises(LadderConfigError, match=reason):
+        load_ladder(path, "command")

@@ -12,7 +12,7 @@ import pytest
 from scale_ladder.tiers import load_ladder
 from swarm import config_files
 from swarm.cli import build_parser, configure
-from swarm.config import SwarmConfig, load_config
+from swarm.config import ConfigError, SwarmConfig, load_config
 from swarm.config_files import BUILT_IN, InitRefused, init_folder
 from swarm.follow_up import swarm_command, swarm_program
 from swarm.ladder_process import make_ladder
@@ -111,6 +111,7 @@ def test_init_for_a_command_target_writes_its_flags_into_the_config(tmp_path: Pa
         "metric": "val_loss",
         "metric_from": "regex",
         "metric_regex": r"val loss ([0-9.]+)",
+        "fixed": "eval_*, out_dir",
     }
     init_folder(tmp_path, "command", values=values)
     config, _ = configured(tmp_path)
@@ -123,6 +124,7 @@ def test_init_for_a_command_target_writes_its_flags_into_the_config(tmp_path: Pa
         "regex",
         values["metric_regex"],
     )
+    assert t.fixed == "eval_*, out_dir"
     assert Path(t.project) == tmp_path
     assert load_ladder(Path(config.ladder.path), "command").tiers  # the command ladder
 
@@ -186,3 +188,59 @@ def test_the_packaged_defaults_ship_every_file_the_config_names() -> None:
         "explorer",
     ]
     assert config_files.ladder_name("command") == "ladder-command.toml"
+
+
+# --- what a red team found ----------------------------------------------------------------
+
+
+def test_text_outside_ascii_survives_init_and_the_dumped_config(tmp_path: Path) -> None:
+    from swarm.config import dump_config
+
+    init_folder(tmp_path, "command", values={"run": "python train.py --tag=🚀 --seed={seed}"})
+    config, _ = configured(tmp_path)
+    assert config.target.run == "python train.py --tag=🚀 --seed={seed}"
+    dumped = tmp_path / "dumped.toml"
+    dumped.write_text(dump_config(config))
+    assert load_config(dumped).target.run == config.target.run
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_number_that_is_not_finite_is_refused(tmp_path: Path, value: str) -> None:
+    (tmp_path / "swarm.toml").write_text(f"[llm]\nmax_usd = {value}\n")
+    with pytest.raises(ConfigError, match=r"llm\.max_usd must be a finite number"):
+        configured(tmp_path)
+
+
+def test_a_folder_given_as_the_config_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        configured(tmp_path, "--config", str(tmp_path), "status")
+
+
+def test_the_workspace_cannot_be_the_project(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is the project folder itself"):
+        configured(tmp_path, "--workspace", ".", "run", "--tier", "0", "--target", "command")
+
+
+def test_init_never_writes_through_a_link(tmp_path: Path) -> None:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "program.md").symlink_to(precious)
+    (folder / "swarm.toml").symlink_to(tmp_path / "dangling")
+    with pytest.raises(InitRefused, match="already in"):
+        init_folder(folder, "bytelm")
+    with pytest.raises(InitRefused, match="not a plain file"):
+        init_folder(folder, "bytelm", force=True)
+    assert precious.read_text() == "mine\n" and not (tmp_path / "dangling").exists()
+
+
+def test_init_in_a_folder_it_cannot_write_says_so(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(InitRefused, match="cannot write"):
+            init_folder(tmp_path, "bytelm")
+    finally:
+        tmp_path.chmod(0o700)

@@ -56,9 +56,9 @@ def test_waits_for_its_seeds_and_for_a_noise_estimate() -> None:
 
 
 def test_only_paired_seeds_count() -> None:
-    # Seed 1 has no baseline: one pair, which with a pooled σ is enough for a clear win.
+    # Seed 1 has no baseline: one pair, a clear win with a pooled σ, confirmed on a second seed.
     outcome = decide(RULE, Evidence(idea({0: 0.05, 1: 0.05}), {0: 3.0}, pooled_sigma=0.01))
-    assert outcome.verdict == Verdict.PROMOTE and outcome.n == 1
+    assert outcome.verdict == Verdict.RETEST and outcome.n == 1 and outcome.seeds_wanted == 2
     without = decide(RULE, Evidence(idea({0: 0.05, 1: 0.05}), {0: 3.0}))
     assert without.verdict == Verdict.RETEST and without.n == 1 and without.seeds_wanted == 2
 

@@ -6,6 +6,7 @@ training script (tests/nanogpt_project.py) with no wrapper and no renamed consta
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,8 @@ RUN = "python train.py --seed={seed} --max_iters={budget} --n_embd={n_embd}"
 def init(run: str = RUN) -> list[str]:
     """The one `swarm init` a user types for this project."""
     metric = ["--metric", "val_loss", "--metric-regex", r"val loss ([0-9.]+)"]
-    return ["init", "--target", "command", "--edit", "train.py", "--run", run, *metric]
+    fixed = ["--fixed", "eval_*, log_interval"]  # how the metric is measured is not a dial
+    return ["init", "--target", "command", "--edit", "train.py", "--run", run, *metric, *fixed]
 
 
 # Two small tiers; n_embd is a tier dial the command passes, so no researcher may move it.
@@ -114,6 +116,7 @@ def test_the_launcher_imports_the_installed_copy(installed: Path, project: Path)
     assert str(REPO) not in where and str(installed.parent.parent / "site") in where
 
 
+@pytest.mark.timeout(480)  # two trainers on a shared 2-core machine: ~90 s, slower when busy
 def test_init_and_start_on_a_stock_training_script(installed: Path, project: Path) -> None:
     said = swarm(installed, project, *init())
     assert f"{installed} start" in said  # the follow-up, as it works when typed here
@@ -133,6 +136,11 @@ def test_init_and_start_on_a_stock_training_script(installed: Path, project: Pat
     moved = {line.split("=")[0].strip() for line in added}
     assert moved and all(name.islower() for name in moved), diff
     assert not moved & {"seed", "max_iters", "n_embd"}, diff  # set by the command: fixed
+    assert not moved & {"eval_interval", "eval_iters", "log_interval"}, diff  # by --fixed
+    latest = swarm(installed, project, "champion", "diff")  # the latest against its parent
+    assert re.search(r"^\+\+\+ v\d+$", latest, re.MULTILINE), latest
+    exported = swarm(installed, project, "champion", "export")
+    assert re.fullmatch(r"wrote champion v\d+ to champion-v\d+\.py\n", exported), exported
     logs = list((project / "swarm-workspace" / "logs" / "runs").glob("*.log"))
     ok = "select count(*) from runs where status = 'OK'"
     runs = swarm(installed, project, "sql", ok, "--format", "csv")
@@ -140,8 +148,9 @@ def test_init_and_start_on_a_stock_training_script(installed: Path, project: Pat
 
 
 def test_a_mistyped_placeholder_stops_the_start_naming_it(installed: Path, project: Path) -> None:
-    swarm(installed, project, *init("python train.py --seed={sed}"))
-    with pytest.raises(AssertionError, match=r"exited 2:\n.*\{sed\} is neither"):
+    said = swarm(installed, project, *init("python train.py --seed={sed}"))
+    assert "swarm: warning: target.run: {sed} is neither" in said  # init says so at once
+    with pytest.raises(AssertionError, match=r"exited 2:[\s\S]*\{sed\} is neither"):
         swarm(installed, project, "start", "--agents", "1", "--minutes", "1")
     assert not (project / "swarm-workspace" / "ledger.duckdb").exists()
 
@@ -149,5 +158,16 @@ def test_a_mistyped_placeholder_stops_the_start_naming_it(installed: Path, proje
 def test_a_script_with_nothing_to_edit_stops_the_start(installed: Path, project: Path) -> None:
     (project / "train.py").write_text("import sys\nconfig = dict(lr=1e-3)\nprint('val loss 1.0')\n")
     swarm(installed, project, *init("python train.py --seed={seed}"))
-    with pytest.raises(AssertionError, match=r"exited 2:\n.*train.py.*could propose nothing"):
+    with pytest.raises(AssertionError, match=r"exited 2:[\s\S]*train.py.*could propose nothing"):
         swarm(installed, project, "start", "--agents", "1", "--minutes", "1")
+
+
+def test_a_champion_that_cannot_run_stops_the_swarm(installed: Path, project: Path) -> None:
+    """A typo in the run command: every run fails, so every idea would be judged against
+    nothing. The swarm stops by itself, says why with the log, and exits non-zero."""
+    swarm(installed, project, *init("python trian.py --seed={seed}"))
+    with pytest.raises(AssertionError) as stopped:
+        swarm(installed, project, "start", "--agents", "1", "--minutes", "3", timeout=150)
+    said = str(stopped.value)
+    assert "exited 2" in said and "the champion's own runs at tier 0 all failed" in said, said
+    assert "can't open file" in said and "experiments run:" in said  # the log, the summary

@@ -23,7 +23,10 @@ from bus.messages import RunSpec
 # `{name}` not preceded by `$` (shell) or another brace (a literal `{{name}}`).
 PLACEHOLDER = re.compile(r"(?<![${])\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
 RUN_FIELDS = ("seed", "tier", "budget")
-MAX_JSON_LINE = 1 << 20  # a longer line is not scanned for a JSON object
+MAX_JSON_LINE = 1 << 16  # a longer line is not read as a JSON object
+# The metric is read from the end of the output: a command may print gigabytes, and a pattern
+# run over all of it could take longer than the run itself (nothing times the reading).
+METRIC_TAIL_BYTES = 1 << 20
 
 
 class CommandError(ValueError):
@@ -117,6 +120,8 @@ class MetricReader:
         return f"no `{self.name}: <number>` line in the output"
 
     def read(self, output: str) -> float | None:
+        """The metric in the end of `output` (METRIC_TAIL_BYTES; the last one printed wins)."""
+        output = output[-METRIC_TAIL_BYTES:]
         if self.source == "regex":
             found = [m.group(1) for m in re.finditer(self.pattern, output, re.MULTILINE)]
             return _number(found[-1]) if found else None
@@ -127,7 +132,10 @@ class MetricReader:
 
 def parse_metric(output: str, name: str) -> float | None:
     """The last `name: value` line's value, if it is a finite number."""
-    pattern = re.compile(rf"^\s*{re.escape(name)}\s*:\s*([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
+    # [ \t], not \s: \s spans newlines, and the search went quadratic in blank lines.
+    pattern = re.compile(
+        rf"^[ \t]*{re.escape(name)}[ \t]*:[ \t]*([-+0-9.eE]+|nan|inf)[ \t]*\r?$", re.MULTILINE
+    )
     matches = pattern.findall(output)
     return _number(matches[-1]) if matches else None
 
@@ -139,7 +147,7 @@ def _last_json(output: str, key: str) -> float | None:
             continue
         try:
             found = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             continue
         if isinstance(found, dict):  # the last object printed decides, with or without the key
             value = found.get(key)
@@ -151,6 +159,6 @@ def _last_json(output: str, key: str) -> float | None:
 def _number(value: object) -> float | None:
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int of 400 digits is no float
         return None
     return number if math.isfinite(number) else None

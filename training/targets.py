@@ -148,7 +148,8 @@ class CommandTarget:
         work = scratch / spec.run_id
         remove_tree(work)
         try:
-            shutil.copytree(self.project, work, ignore=self._ignored)
+            # Links stay links (a `data -> /big` link is not copied per run; a loop is no loop)
+            shutil.copytree(self.project, work, ignore=self._ignored, symlinks=True)
             (work / self.editable).write_text(patched)
             # The log is read through this handle, never through its path, which the command
             # may have replaced (a link to a file of the trainer's, a FIFO that blocks).
@@ -177,7 +178,8 @@ class CommandTarget:
         """What the copy leaves out: caches, environments, the log's name, and the swarm's own
         folders inside the project, whatever their names (a workspace copied into each of its
         own runs would nest until the path is too long)."""
-        skipped = {n for n in names if (Path(folder) / n).resolve() in self.skip}
+        # realpath, not Path.resolve: a link loop in the project must not stop the copy
+        skipped = {n for n in names if Path(os.path.realpath(Path(folder) / n)) in self.skip}
         return skipped | set(shutil.ignore_patterns(*COPY_IGNORED)(folder, names))
 
     def _execute(
