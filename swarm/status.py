@@ -10,15 +10,12 @@ from nats.js.errors import NotFoundError
 from bus.subjects import EVENTS_STREAM, JOBS_STREAM, LEDGER_CONSUMER
 from swarm.sql_client import Answer, LedgerUnavailable, ask_ledger
 
-# What each count is, by name: the researchers as the live view lists them (the agents table
-# also holds trainers, the ladder and people), then whole tables.
+# Whole tables `swarm status` counts, and the researchers as the live view lists them (the
+# agents table also holds trainers, the ladder and people).
+TABLES = ("ideas", "run_specs", "runs", "decisions", "champions", "traces", "dead_letters")
 COUNTS = {
     "researchers": "SELECT count(*) FROM agents WHERE role = 'researcher'",
-    **{
-        table: f"SELECT count(*) FROM {table}"
-        for table in ("ideas", "run_specs", "runs", "decisions", "champions", "traces")
-    },
-    "dead_letters": "SELECT count(*) FROM dead_letters",
+    **{table: f"SELECT count(*) FROM {table}" for table in TABLES},
 }
 COUNTED = tuple(COUNTS)
 COUNTS_SQL = "SELECT " + ", ".join(f"({sql}) AS {name}" for name, sql in COUNTS.items())

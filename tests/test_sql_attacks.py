@@ -27,7 +27,7 @@ from bus.subjects import SQL_SUBJECT
 from ledger.duckdb_store import LedgerStore
 from ledger.sql_protocol import STATUS, SqlError
 from swarm.sql_client import ask_ledger
-from swarm.status import COUNTED
+from swarm.status import TABLES as STATUS_TABLES
 from tests.conftest import (
     RunningSwarm,
     make_idea,
@@ -53,7 +53,7 @@ count = 0
 [agents]
 count = 0
 """
-TABLES = (*COUNTED, "run_stats", "llm_calls", "prompt_prefixes", "strategies")
+TABLES = ("agents", *STATUS_TABLES, "run_stats", "llm_calls", "prompt_prefixes", "strategies")
 COUNTS = "SELECT " + ", ".join(f"(SELECT count(*) FROM {t}) AS {t}" for t in TABLES)
 
 # (what it tries, the SQL, what the error must say)
