@@ -241,20 +241,7 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
         token=os.environ.get("SWARM_NATS_TOKEN"),
         password=os.environ.get("SWARM_NATS_PASSWORD"),
     )
-    config = with_overrides(
-        config,
-        "target",
-        kind=flag("target"),
-        data=flag("data"),
-        project=flag("project"),
-        edit=flag("edit"),
-        run=flag("run_command"),
-        metric=flag("metric"),
-        metric_regex=flag("metric_regex"),
-        metric_from="regex" if flag("metric_regex") else "json" if flag("metric_json") else None,
-        direction="maximize" if flag("maximize") else None,
-        fixed=flag("fixed"),
-    )
+    config = with_overrides(config, "target", kind=flag("target"), **_target_values(args))
     config = with_overrides(config, "trainers", count=flag("trainers"))
     brain, count = flag("brain"), flag("agents") if args.command == "start" else flag("count")
     if brain is not None and count is None:
@@ -310,7 +297,7 @@ def _init(args: argparse.Namespace, folder: Path) -> str:
     """`swarm init`: the files, the target flags given written into swarm.toml, and whether
     that config works (a mistake is named now, not after the first experiment)."""
     target = args.target or "bytelm"
-    written = config_files.init_folder(folder, target, args.force, _init_values(args))
+    written = config_files.init_folder(folder, target, args.force, _target_values(args))
     files = ", ".join(p.name for p in written)
     swarm = swarm_program(folder)
     lines = [f"wrote {files} in {folder}"]
@@ -339,18 +326,23 @@ def _what_it_runs(args: argparse.Namespace, config: SwarmConfig) -> str:
     return f"swarm: {what}; config {source}; ladder {config_files.ladder_path(config)}"
 
 
-def _init_values(args: argparse.Namespace) -> dict[str, str]:
-    """The [target] keys the command line gave `swarm init`."""
+def _target_values(args: argparse.Namespace) -> dict[str, str]:
+    """The [target] keys the command line gave (a subcommand without target flags gives none),
+    for `configure` to override and `swarm init` to write."""
+
+    def flag(name: str) -> Any:
+        return getattr(args, name, None)
+
     given = {
-        "data": args.data,
-        "project": args.project,
-        "edit": args.edit,
-        "run": args.run_command,
-        "metric": args.metric,
-        "metric_regex": args.metric_regex,
-        "metric_from": "regex" if args.metric_regex else "json" if args.metric_json else None,
-        "direction": "maximize" if args.maximize else None,
-        "fixed": args.fixed,
+        "data": flag("data"),
+        "project": flag("project"),
+        "edit": flag("edit"),
+        "run": flag("run_command"),
+        "metric": flag("metric"),
+        "metric_regex": flag("metric_regex"),
+        "metric_from": "regex" if flag("metric_regex") else "json" if flag("metric_json") else None,
+        "direction": "maximize" if flag("maximize") else None,
+        "fixed": flag("fixed"),
     }
     return {key: value for key, value in given.items() if value is not None}
 

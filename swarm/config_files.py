@@ -103,11 +103,10 @@ def ladder_path(config: SwarmConfig) -> Path:
     return built_in(config, "ladder", "path")
 
 
-# What `swarm init` writes, by target: (built-in file, name in the folder).
-INIT_FILES = {
-    "bytelm": (("ladder.toml", "ladder.toml"), ("program.md", "program.md")),
-    "command": (("ladder-command.toml", "ladder.toml"), ("program-command.md", "program.md")),
-}
+# What `swarm init` copies besides swarm.toml: the key's built-in file for the target, under the
+# name the written swarm.toml points at.
+INIT_TARGETS = ("bytelm", "command")
+INIT_FILES = {("ladder", "path"): "ladder.toml", ("agents", "program"): "program.md"}
 
 
 class InitRefused(ValueError):
@@ -120,10 +119,13 @@ def init_folder(
     """Editable copies of the defaults in `folder`: swarm.toml (pointing at the others, with
     `values` as its [target] keys), the ladder for `target` and the research direction.
     Refuses to overwrite a file without `force`."""
-    if target not in INIT_FILES:
+    if target not in INIT_TARGETS:
         raise InitRefused(f"swarm init: --target must be bytelm or command, got {target!r}")
     written = [(folder / CONFIG_NAME, init_config(target, values or {}))]
-    written += [((folder / name), (BUILT_IN / src).read_text()) for src, name in INIT_FILES[target]]
+    written += [
+        (folder / name, (BUILT_IN / DEFAULT_FILES[key](target)).read_text())
+        for key, name in INIT_FILES.items()
+    ]
     existing = [path for path, _ in written if path.exists() or path.is_symlink()]
     if existing and not force:
         names = ", ".join(p.name for p in existing)
@@ -144,8 +146,7 @@ def init_config(target: str, values: Mapping[str, str]) -> str:
     keys: dict[str, dict[str, str]] = {
         "workspace": {"path": DEFAULT_WORKSPACE},
         "target": {"kind": target},
-        "ladder": {"path": "ladder.toml"},
-        "agents": {"program": "program.md"},
+        **{section: {key: name} for (section, key), name in INIT_FILES.items()},
     }
     if target == "command":
         edit = values.get("edit", "train.py")
