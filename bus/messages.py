@@ -72,6 +72,7 @@ class AgentEventKind(enum.StrEnum):
     HEARTBEAT = "HEARTBEAT"
     LEFT = "LEFT"
     NOTE = "NOTE"
+    STARTED = "STARTED"  # a trainer started a run (detail: its run id); the live view's clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,13 +140,14 @@ VIEWS: dict[str, str] = {
                sum(n_runs)::BIGINT AS n_runs, sum(sum_metric) AS sum_metric,
                sum(sum_sq_metric) AS sum_sq_metric, min(best_metric) AS best_metric
         FROM stats GROUP BY tier, champion_version, idea_id""",
-    # One row per agent, derived from its events (so redelivery can never skew it).
+    # One row per agent, derived from its events (so redelivery can never skew it). A trainer's
+    # STARTED events say which run it took, not how it is: its last_event stays JOINED or LEFT.
     "agents": """
         SELECT agent AS agent_id,
                max(role) FILTER (WHERE role <> '') AS role,
                min(created_at) AS first_seen,
                max(created_at) AS last_seen,
-               arg_max(kind, created_at) AS last_event,
+               arg_max(kind, created_at) FILTER (WHERE kind <> 'STARTED') AS last_event,
                count(*) AS events
         FROM agent_events GROUP BY agent""",
     # Mean metric per idea, tier and champion version over successful runs; the champion's own

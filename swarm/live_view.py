@@ -76,23 +76,32 @@ LEFT JOIN notes n ON n.agent = a.agent_id
 WHERE a.role = 'researcher' ORDER BY a.agent_id"""
 
 # The oldest unfinished RunSpecs per tier; a tier's queue is first in, first out, so its first
-# `running` of them are the ones trainers hold.
+# `running` of them are the ones trainers hold. A run's start is its trainer's latest STARTED
+# event (a job handed back, or whose trainer died, starts again elsewhere); a run has none
+# before its event arrives, on an instant target, or from a trainer of an older release.
 EXPERIMENTS_SQL = f"""
 WITH typical AS (
     SELECT tier, median(startup_seconds + train_seconds + eval_seconds) AS typical_s
-    FROM runs WHERE status = 'OK' GROUP BY tier)
-SELECT u.tier, u.idea_id, u.seed, epoch(u.created_at) AS created_s, t.typical_s,
-       row_number() OVER (PARTITION BY u.tier ORDER BY u.created_at) AS place
-FROM unfinished_runs u LEFT JOIN typical t USING (tier)
-QUALIFY place <= {MAX_EXPERIMENTS_SHOWN}"""
+    FROM runs WHERE status = 'OK' GROUP BY tier),
+shown AS (
+    SELECT run_id, tier, idea_id, seed, created_at,
+           row_number() OVER (PARTITION BY tier ORDER BY created_at) AS place
+    FROM unfinished_runs QUALIFY place <= {MAX_EXPERIMENTS_SHOWN}),
+started AS (
+    SELECT detail AS run_id, max(created_at) AS started_at FROM agent_events
+    WHERE kind = 'STARTED' AND detail IN (SELECT run_id FROM shown) GROUP BY detail)
+SELECT s.tier, s.idea_id, s.seed, epoch(s.created_at) AS created_s,
+       epoch(st.started_at) AS started_s, t.typical_s, s.place
+FROM shown s LEFT JOIN typical t USING (tier) LEFT JOIN started st USING (run_id)"""
 
+# {order}: ASC where lower is better, DESC where higher is; best first either way.
 LEADERBOARD_SQL = f"""
 SELECT l.tier, l.champion_version, l.idea_id, coalesce(l.author, '') AS author,
        left(coalesce(l.hypothesis, ''), 120) AS hypothesis, l.metric_name, l.mean_metric, l.n_runs
 FROM leaderboard l JOIN (
     SELECT tier, max(champion_version) AS champion_version FROM run_stats GROUP BY tier
 ) latest USING (tier, champion_version)
-ORDER BY l.tier DESC, l.mean_metric LIMIT {LEADERBOARD_ROWS}"""
+ORDER BY l.tier DESC, l.mean_metric {{order}} LIMIT {LEADERBOARD_ROWS}"""
 
 LINEAGE_SQL = f"""
 SELECT version, kind, idea_id, coalesce(author, '') AS author,
@@ -122,9 +131,10 @@ class Experiment:
     tier: int
     idea_id: str  # '' for a baseline run of the champion
     seed: int
-    age_s: float  # since its RunSpec was created
+    age_s: float  # since its RunSpec was created: queue time included
     running: bool
-    progress: float | None = None  # age against the tier's typical run, at most 0.99
+    run_s: float | None = None  # since a trainer started it; None: no start known
+    progress: float | None = None  # run_s against the tier's typical run, at most 0.99
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +169,7 @@ class LiveSnapshot:
     queues: tuple[TierQueue, ...] = ()
     experiments: tuple[Experiment, ...] = ()
     leaderboard: tuple[Standing, ...] = ()  # best first, top tier first
+    lower_is_better: bool = True  # the target's metric: how the leaderboard is ordered
     champions: tuple[ChampionRow, ...] = ()  # newest first
     runs_by_status: dict[str, int] = field(default_factory=dict)
     decisions_by_verdict: dict[str, int] = field(default_factory=dict)
@@ -204,10 +215,15 @@ async def gather_snapshot(
     minutes: float | None,
     max_experiments: int,
     timeout_s: float = 5.0,
+    lower_is_better: bool = True,
 ) -> LiveSnapshot:
-    """Ask the ledger and JetStream at once; `started_at` is the swarm's start, time.monotonic()."""
-    base = LiveSnapshot(time.monotonic() - started_at, minutes, max_experiments)
-    sqls = (TOTALS_SQL, AGENTS_SQL, EXPERIMENTS_SQL, LEADERBOARD_SQL, LINEAGE_SQL)
+    """Ask the ledger and JetStream at once; `started_at` is the swarm's start, time.monotonic().
+    `lower_is_better` is the target's metric direction: the leaderboard shows the best first."""
+    base = LiveSnapshot(
+        time.monotonic() - started_at, minutes, max_experiments, lower_is_better=lower_is_better
+    )
+    board_sql = LEADERBOARD_SQL.format(order="ASC" if lower_is_better else "DESC")
+    sqls = (TOTALS_SQL, AGENTS_SQL, EXPERIMENTS_SQL, board_sql, LINEAGE_SQL)
     consumers, *answers = await asyncio.gather(
         _consumers(nc, timeout_s),
         *(ask_ledger(nc, sql, timeout_s) for sql in sqls),
@@ -261,9 +277,14 @@ def _experiments(
     for r in rows:
         age = max(0.0, now - r["created_s"])
         is_running = r["place"] <= running.get(r["tier"], 0)
+        # Time in the queue is no progress: a run is measured from its start, when one is known.
+        started = r["started_s"] if is_running else None
+        run_s = None if started is None else max(0.0, now - started)
         typical = r["typical_s"]
-        progress = min(0.99, age / typical) if is_running and typical else None
-        found.append(Experiment(r["tier"], r["idea_id"], r["seed"], age, is_running, progress))
+        progress = min(0.99, run_s / typical) if run_s is not None and typical else None
+        found.append(
+            Experiment(r["tier"], r["idea_id"], r["seed"], age, is_running, run_s, progress)
+        )
     found.sort(key=lambda e: (not e.running, -e.tier, -e.age_s))
     return tuple(found[:MAX_EXPERIMENTS_SHOWN])
 
@@ -319,7 +340,10 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
     for e in s.experiments:
         experiments.add_row(str(e.tier), e.idea_id or "baseline", str(e.seed), _progress(e))
 
-    board = _table("leaderboard (latest champion per tier)", *LEADERBOARD_COLUMNS)
+    better = "lower" if s.lower_is_better else "higher"
+    title = f"leaderboard (latest champion per tier, {better} is better)"
+    board = _table(title, *LEADERBOARD_COLUMNS)
+    board.min_width = len(title)  # a board of short rows would wrap its title otherwise
     for b in s.leaderboard:
         metric = f"{b.mean_metric:.4f}"
         first = (str(b.tier), str(b.champion_version), b.idea_id, b.author)
@@ -389,10 +413,12 @@ def _cut(text: str) -> Text:
 def _progress(e: Experiment) -> str:
     if not e.running:
         return f"queued {_duration(e.age_s)}"
-    if e.progress is None:
-        return f"running {_duration(e.age_s)}"
+    if e.run_s is None:  # a trainer holds it, but when it started is not known (yet)
+        return "running"
+    if e.progress is None:  # no run at this tier has finished yet: nothing to measure against
+        return f"running {_duration(e.run_s)}"
     done = round(e.progress * BAR_WIDTH)
-    return f"{'█' * done}{'░' * (BAR_WIDTH - done)} {e.progress:4.0%} {_duration(e.age_s)}"
+    return f"{'█' * done}{'░' * (BAR_WIDTH - done)} {e.progress:4.0%} {_duration(e.run_s)}"
 
 
 def _duration(seconds: float) -> str:

@@ -33,7 +33,7 @@ from bus.subjects import ensure_streams
 from swarm.champion_health import broken_champion
 from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
 from swarm.event_loop import stop_on_signals
-from swarm.ladder_process import make_ladder
+from swarm.ladder_process import make_ladder, target_info
 from swarm.live_view import LiveView, gather_snapshot
 from swarm.supervisor import ManagedProcess
 from swarm.workspace import Workspace
@@ -262,6 +262,7 @@ async def _report(
     """The live view (a rich screen on a terminal, one line per update in a log), and the
     experiment limit: the swarm stops once the ledger holds that many results."""
     limit = config.limits.max_experiments
+    lower_is_better = target_info(config).lower_is_better  # the leaderboard shows the best first
     started = time.monotonic()
     view = LiveView(Console(file=out))
     try:
@@ -269,7 +270,9 @@ async def _report(
             await asyncio.sleep(config.status.interval_s)
             timeout = min(5.0, config.status.interval_s)
             try:
-                snapshot = await gather_snapshot(nc, started, minutes, limit, timeout)
+                snapshot = await gather_snapshot(
+                    nc, started, minutes, limit, timeout, lower_is_better
+                )
                 broken = await broken_champion(nc, timeout)
             except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
                 print(f"swarm: bus not answering ({exc or type(exc).__name__})", file=out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import time
+from dataclasses import replace
 
 from nats.aio.client import Client
 from rich.console import Console
@@ -58,8 +59,8 @@ def snapshot(**fields: object) -> LiveSnapshot:
         ),
         "queues": (TierQueue(0, 17, 4), TierQueue(1, 3, 2)),
         "experiments": (
-            Experiment(1, "idea-aaa", 1, 300.0, running=True, progress=0.5),
-            Experiment(0, "", 2, 20.0, running=True),
+            Experiment(1, "idea-aaa", 1, 300.0, running=True, run_s=150.0, progress=0.5),
+            Experiment(0, "", 2, 20.0, running=True, run_s=20.0),
             Experiment(0, "idea-bbb", 3, 5.0, running=False),
         ),
         "leaderboard": (
@@ -96,7 +97,8 @@ def test_render_shows_agents_queues_progress_leaderboard_and_champions() -> None
     assert "explorer" in text and "idea-aaa: LR 0.001→0.002" in text
     assert "heuristic" in text and "anthropic" in text and "stopped: budget is spent" in text
     assert "17" in text and "running" in text
-    assert "██████░░░░░░  50%" in text  # tier 1's running experiment, half way
+    assert "██████░░░░░░  50% 2m30s" in text  # tier 1's running experiment, half way
+    assert "lower is better" in text
     assert "running 20s" in text and "queued 5s" in text and "baseline" in text
     assert "(champion)" in text and "1.2346" in text and "Raise the learning rate" in text
     assert "STACK" in text and "INITIAL" in text and "idea-ccc" in text
@@ -199,22 +201,32 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
     ]
     for result in results:
         await publish_event(js, result)
-    # Tier 0 has trainers: three jobs queued, then one taken (running); tier 2 only a RunSpec.
+    # Tier 0 has trainers: three jobs queued five minutes ago, then two taken (running); the
+    # first started 25 s ago (its first start, 200 s ago, was on a trainer that died), the
+    # second's start is not known. Tier 2 has only a RunSpec.
     await ensure_trainer_consumer(js, 0)
-    for seed in range(3):
-        spec = RunSpec(new_id("run"), 0, seed, 2, BudgetKind.SECONDS, 1.0, created_at=t - 25 + seed)
+    specs = [
+        RunSpec(new_id("run"), 0, seed, 2, BudgetKind.SECONDS, 1.0, created_at=t - 300 + seed)
+        for seed in range(3)
+    ]
+    for spec in specs:
         await enqueue_run(js, spec)
     await publish_event(js, RunSpec(new_id("run"), 2, 0, 2, BudgetKind.SECONDS, 1.0, "idea-a"))
     trainer = await js.pull_subscribe_bind(trainer_consumer_name(0), JOBS_STREAM)
-    (taken,) = await trainer.fetch(1, timeout=5)
-    assert taken.subject == job_subject(0)
+    taken = await trainer.fetch(2, timeout=5)
+    assert [m.subject for m in taken] == [job_subject(0)] * 2
+    for key, ago in (("started-a", 200), ("started-b", 25)):
+        start = AgentEvent(key, "trainer-0", AgentEventKind.STARTED, "trainer", specs[0].run_id)
+        await publish_event(js, replace(start, created_at=t - ago))
 
     async def all_in() -> bool:
         sql = (
             "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM run_specs)"
-            " + (SELECT count(*) FROM llm_calls) AS n"
+            " + (SELECT count(*) FROM llm_calls)"
+            " + (SELECT count(*) FROM agent_events WHERE kind = 'STARTED') AS n"
         )
-        return (await ask_ledger(nc, sql, 5)).table.column("n")[0].as_py() == len(results) + 5
+        n = (await ask_ledger(nc, sql, 5)).table.column("n")[0].as_py()
+        return bool(n == len(results) + 7)
 
     await wait_for_async(all_in, 20)
     found = await gather_snapshot(nc, time.monotonic() - 60, 10.0, 100)
@@ -226,12 +238,23 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
         (r1, 0, f"stopped: {spent}"),  # why it no longer proposes
     ]
     assert (found.llm_calls, found.llm_usd) == (1, 1.01) and "LLM $1.0100 (1 calls)" in found.line()
-    assert found.queues == (TierQueue(0, 2, 1), TierQueue(2, 0, 0))
+    assert found.queues == (TierQueue(0, 1, 2), TierQueue(2, 0, 0))
     running = [e for e in found.experiments if e.running]
-    assert [(e.tier, e.seed, e.idea_id) for e in running] == [(0, 0, "")]
-    assert running[0].progress is not None and 0.3 < running[0].progress < 0.7  # ~25s of ~50s
+    assert [(e.tier, e.seed, e.idea_id) for e in running] == [(0, 0, ""), (0, 1, "")]
+    started, unknown = running
+    # Measured from its latest start (~25 s of ~50 s), not from its RunSpec (300 s: 0.99).
+    assert started.age_s >= 300 and started.run_s is not None and 24 < started.run_s < 40
+    assert started.progress is not None and 0.4 < started.progress < 0.8
+    assert unknown.age_s >= 299 and (unknown.run_s, unknown.progress) == (None, None)
     assert len(found.experiments) == 4  # the rest are queued, with no progress estimate
     assert all(e.progress is None for e in found.experiments if not e.running)
+    console = plain_console()
+    console.print(render(found))
+    text = output(console)
+    shown = [line.split("baseline")[1].split() for line in text.splitlines() if "baseline" in line]
+    assert shown[0][0] == "0" and "m" not in shown[0][-1]  # its run time: seconds, not minutes
+    assert shown[1] == ["1", "running"]  # no start known: no bar, no time
+    assert shown[2][:2] == ["2", "queued"] and shown[2][2].startswith("4m")
     # Latest champion per tier: tier 1 at v1, tier 0 at v2 (v1's row is left out).
     assert [(b.tier, b.champion_version, b.idea_id) for b in found.leaderboard] == [
         (1, 1, "idea-c"),
@@ -244,4 +267,27 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
         (1, "INITIAL", ""),
     ]
     assert found.champion_version == 2 and "best@tier1 idea-c 1.1000" in found.line()
-    await taken.ack()
+    for msg in taken:
+        await msg.ack()
+
+
+async def test_the_leaderboard_shows_the_best_first_in_the_targets_direction(
+    nc: Client, ledger: LedgerService
+) -> None:
+    js = nc.jetstream()
+    scores = [("", 1.4), ("idea-a", 1.3), ("idea-b", 1.6)]  # tier 0, champion v1
+    for i, (idea, metric) in enumerate(scores):
+        await publish_event(js, make_result(i, tier=0, idea_id=idea, metric=metric))
+
+    async def all_in() -> bool:
+        return len((await ask_ledger(nc, "SELECT run_id FROM runs", 5)).table) == len(scores)
+
+    await wait_for_async(all_in, 20)
+    lowest_first = await gather_snapshot(nc, time.monotonic(), None, 0)
+    assert [b.idea_id for b in lowest_first.leaderboard] == ["idea-a", "(champion)", "idea-b"]
+    highest_first = await gather_snapshot(nc, time.monotonic(), None, 0, lower_is_better=False)
+    assert [b.idea_id for b in highest_first.leaderboard] == ["idea-b", "(champion)", "idea-a"]
+    assert "best@tier0 idea-b 1.6000" in highest_first.line()
+    console = plain_console()
+    console.print(render(highest_first))
+    assert "higher is better" in output(console)

@@ -190,6 +190,12 @@ class Trainer:
                 asyncio.ensure_future(self._publish(self._run(spec, source), msg))
             )
             return
+        # The live view measures a run from here, not from when it was queued. Keyed by the
+        # delivery: a re-publish adds nothing, a job taken again after a death starts again.
+        # Instant runs (above) announce nothing: they end before anyone could look, and each
+        # would cost one more message and ledger row.
+        key = f"started-{spec.run_id}-{deliveries}"
+        await self._announce(AgentEventKind.STARTED, spec.run_id, key)
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         runner = asyncio.ensure_future(asyncio.to_thread(self._run, spec, source))
         stopper = asyncio.ensure_future(stop.wait())
@@ -274,8 +280,9 @@ class Trainer:
             except Exception as exc:  # a missed heartbeat only risks a redelivery
                 log.warning("heartbeat failed: %s", exc)
 
-    async def _announce(self, kind: AgentEventKind, detail: str) -> None:
-        event = AgentEvent(new_id("ev"), self.name, kind, role="trainer", detail=detail)
+    async def _announce(self, kind: AgentEventKind, detail: str, key: str = "") -> None:
+        """Best effort: an event that cannot be published is logged, never stops the trainer."""
+        event = AgentEvent(key or new_id("ev"), self.name, kind, role="trainer", detail=detail)
         try:
             await publish_event(self.js, event)
         except Exception as exc:
