@@ -189,6 +189,18 @@ def _add_target_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAMES",
         help='command: constants researchers leave alone, names or globs ("out_dir, eval_*")',
     )
+    group.add_argument(
+        "--eval",
+        dest="eval_command",
+        metavar="COMMAND",
+        help="command: a second stage that reads the checkpoint in {train_dir} and prints the "
+        "metric, from the unpatched project",
+    )
+    group.add_argument(
+        "--held-out",
+        metavar="GLOBS",
+        help='command: files only --eval may read, e.g. "data/*/test.bin"',
+    )
 
 
 def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
@@ -291,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `swarm sql ... | head`: the reader has all it wanted
+        # Python would report the failed flush of stdout at exit; point it at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell tool that was cut off
 
 
 def _init(args: argparse.Namespace, folder: Path) -> str:
@@ -343,6 +359,8 @@ def _target_values(args: argparse.Namespace) -> dict[str, str]:
         "metric_from": "regex" if flag("metric_regex") else "json" if flag("metric_json") else None,
         "direction": "maximize" if flag("maximize") else None,
         "fixed": flag("fixed"),
+        "eval": flag("eval_command"),
+        "held_out": flag("held_out"),
     }
     return {key: value for key, value in given.items() if value is not None}
 
@@ -378,6 +396,9 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         result = await run_once(config, workspace, args.tier, args.seed, patch, args.device)
         print(summary(result, result.metric_name, measured=config.target.kind != "command"))
         print(f"log: {workspace.logs_dir / 'runs' / f'{result.run_id}.log'}")
+        evaluated = workspace.logs_dir / "runs" / f"{result.run_id}.eval.log"
+        if evaluated.exists():  # a two-stage target's evaluation ran
+            print(f"evaluation log: {evaluated}")
         return 0 if result.status == RunStatus.OK else 1
     elif args.command == "worker":
         settings = _bus_to_join(config, workspace, Role.TRAINER)

@@ -73,6 +73,11 @@ class TargetConfig:
     fixed: str = ""
     direction: str = "minimize"  # minimize | maximize
     swarm_python: bool = True  # the swarm's interpreter first on the command's PATH
+    # command, two stages: the evaluation command (from the unpatched project; it reads the
+    # training's checkpoint in {train_dir} and prints the metric), and files only it may read
+    # (globs relative to the project, comma-separated: "data/*/test.bin")
+    eval: str = ""
+    held_out: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,14 @@ from bus.roles import Role
 from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import Tier, load_ladder
-from swarm.config import ConfigError, SwarmConfig
+from swarm.config import ConfigError, SwarmConfig, TargetConfig
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
 from training.command_io import CommandError, MetricReader, check_placeholders
+from training.held_out import held_out_files
+from training.sandbox import landlock_abi
 from training.target_info import BYTELM, SYNTHETIC, TargetInfo
 
 
@@ -56,8 +58,34 @@ def check_command(config: SwarmConfig, tiers: list[Tier]) -> None:
     try:
         metric_reader(config).check()
         check_placeholders(config.target.run, ((t.name, t.dials) for t in tiers))
+        check_two_stage(config.target, tiers)
     except CommandError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def held_out_patterns(target: TargetConfig) -> tuple[str, ...]:
+    return tuple(p.strip() for p in target.held_out.split(",") if p.strip())
+
+
+def check_two_stage(target: TargetConfig, tiers: list[Tier]) -> None:
+    """The evaluation command's placeholders, and held-out files that exist and can be hidden."""
+    if target.eval:
+        tiers_dials = ((t.name, t.dials) for t in tiers)
+        check_placeholders(target.eval, tiers_dials, "target.eval", ("train_dir",))
+    patterns = held_out_patterns(target)
+    if not patterns:
+        return
+    if not target.eval:
+        raise CommandError(
+            "target.held_out needs target.eval (--eval): held-out files are for an evaluation "
+            "command to read, and nothing else"
+        )
+    if landlock_abi() < 1:
+        raise CommandError(
+            "target.held_out: this kernel has no Landlock (Linux 5.13 or later, with landlock "
+            "among its LSMs), so held-out files cannot be hidden from the training command"
+        )
+    held_out_files(Path(target.project), patterns)
 
 
 def make_ladder(config: SwarmConfig) -> Ladder:

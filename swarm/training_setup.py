@@ -14,7 +14,7 @@ from swarm.champion_health import printable
 from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
-from swarm.ladder_process import check_command, metric_reader, target_info
+from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
 from training.synthetic import SyntheticTarget
@@ -38,6 +38,8 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
         info.lower_is_better,
         own_python=t.swarm_python,
         skip=(workspace.root.resolve(),),
+        eval_command=t.eval,
+        held_out=held_out_patterns(t),
     )
 
 
@@ -99,6 +101,7 @@ def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
         "steps": known(str(result.steps)),
         "tokens": known(str(result.tokens)),
         "train_seconds": f"{result.train_seconds:.2f}",
+        **({"eval_seconds": f"{result.eval_seconds:.2f}"} if result.eval_seconds else {}),
         "flops": known(f"{result.flops:.3e}"),
         "peak_mem_mb": known(f"{result.peak_mem_mb:.0f}"),
         "device": result.device,

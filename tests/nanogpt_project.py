@@ -2,8 +2,9 @@
 """A small project in the style of a popular single-file GPT trainer, written by the tests that
 point the swarm at a stock project: lowercase config globals at the top of train.py, overrides
 from the command line as `--name=value` (applied by configurator.py after the globals), a
-fixed seed unless one is passed, data in data/<dataset>/{train,val}.bin, and a log line
-`step N: train loss X, val loss Y`. Nothing in it knows about the swarm.
+fixed seed unless one is passed, data in data/<dataset>/{train,val,test}.bin, a log line
+`step N: train loss X, val loss Y`, a checkpoint in out/ckpt.pt and an eval.py that scores it
+on the test split. Nothing in it knows about the swarm.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from model import Model
 
 # default config values
 out_dir = 'out'
@@ -55,18 +57,6 @@ def get_batch(split, generator=None):
     return x, y
 
 
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab_size, n_embd)
-        self.drop = torch.nn.Dropout(dropout)
-        self.head = torch.nn.Linear(n_embd, vocab_size, bias=bias)
-
-    def forward(self, x, y):
-        logits = self.head(self.drop(self.embed(x)))
-        return F.cross_entropy(logits.view(-1, vocab_size), y.view(-1))
-
-
 @torch.no_grad()
 def estimate_loss(model):
     model.eval()
@@ -78,7 +68,7 @@ def estimate_loss(model):
     return out
 
 
-model = Model()
+model = Model(vocab_size, n_embd, dropout, bias)
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, beta2), weight_decay=weight_decay)
 t0 = time.time()
 for iter_num in range(max_iters + 1):
@@ -94,7 +84,54 @@ for iter_num in range(max_iters + 1):
     if iter_num % log_interval == 0:
         print(f"iter {iter_num}: loss {loss.item():.4f}, time {(time.time() - t0) * 1000:.2f}ms")
 os.makedirs(out_dir, exist_ok=True)
-torch.save(model.state_dict(), os.path.join(out_dir, 'ckpt.pt'))
+model_args = dict(vocab_size=vocab_size, n_embd=n_embd, dropout=dropout, bias=bias)
+torch.save({'model': model.state_dict(), 'model_args': model_args}, os.path.join(out_dir, 'ckpt.pt'))
+'''
+
+MODEL_PY = '''"""The model, shared by train.py and eval.py."""
+import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def __init__(self, vocab_size, n_embd, dropout, bias):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.embed = torch.nn.Embedding(vocab_size, n_embd)
+        self.drop = torch.nn.Dropout(dropout)
+        self.head = torch.nn.Linear(n_embd, vocab_size, bias=bias)
+
+    def forward(self, x, y):
+        logits = self.head(self.drop(self.embed(x)))
+        return F.cross_entropy(logits.view(-1, self.vocab_size), y.view(-1))
+'''
+
+# Scores a checkpoint on the test split, which training never reads: the second stage of a
+# two-stage target. It loads the checkpoint as data only (weights_only), as it must.
+EVAL_PY = '''"""Score a checkpoint on data/<dataset>/test.bin: python eval.py --ckpt=out/ckpt.pt"""
+import argparse
+import os
+
+import numpy as np
+import torch
+
+from model import Model
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--ckpt', default=os.path.join('out', 'ckpt.pt'))
+parser.add_argument('--dataset', default='tiny')
+args = parser.parse_args()
+
+checkpoint = torch.load(args.ckpt, map_location='cpu', weights_only=True)
+model = Model(**checkpoint['model_args'])
+model.load_state_dict(checkpoint['model'])
+model.eval()
+data = torch.from_numpy(np.fromfile(os.path.join('data', args.dataset, 'test.bin'), dtype=np.uint16).astype(np.int64))
+block = 64
+with torch.no_grad():
+    x = data[:len(data) - 1][: (len(data) - 1) // block * block].view(-1, block)
+    y = data[1:][: (len(data) - 1) // block * block].view(-1, block)
+    print(f"test loss {model(x, y).item():.4f}")
 '''
 
 CONFIGURATOR_PY = '''"""Command-line overrides: python train.py --batch_size=32 --learning_rate=3e-4"""
@@ -121,13 +158,16 @@ def write_project(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(TRAIN_PY)
     (folder / "configurator.py").write_text(CONFIGURATOR_PY)
+    (folder / "model.py").write_text(MODEL_PY)
+    (folder / "eval.py").write_text(EVAL_PY)
     words = ["the", "swarm", "tries", "ideas", "and", "keeps", "what", "helps", "a", "model"]
     rng = np.random.default_rng(0)
     text = " ".join(words[i] for i in rng.integers(0, len(words), 20_000)).encode()
     tokens = np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
     data = folder / "data" / "tiny"
     data.mkdir(parents=True, exist_ok=True)
-    split = int(len(tokens) * 0.9)
-    tokens[:split].tofile(data / "train.bin")
-    tokens[split:].tofile(data / "val.bin")
+    train, val = int(len(tokens) * 0.8), int(len(tokens) * 0.9)
+    tokens[:train].tofile(data / "train.bin")
+    tokens[train:val].tofile(data / "val.bin")
+    tokens[val:].tofile(data / "test.bin")  # held out: only eval.py reads it
     return folder

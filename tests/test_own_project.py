@@ -5,6 +5,7 @@ training script (tests/nanogpt_project.py) with no wrapper and no renamed consta
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.nanogpt_project import write_project
+from training.sandbox import landlock_abi
 
 REPO = Path(__file__).resolve().parents[1]
 NOT_SOURCE = (".git", ".venv", "__pycache__", "*.egg-info", "build", "dist", "swarm-workspace")
@@ -171,3 +173,45 @@ def test_a_champion_that_cannot_run_stops_the_swarm(installed: Path, project: Pa
     said = str(stopped.value)
     assert "exited 2" in said and "the champion's own runs at tier 0 all failed" in said, said
     assert "can't open file" in said and "experiments run:" in said  # the log, the summary
+
+
+TWO_STAGE = [
+    *("--eval", "python eval.py --ckpt={train_dir}/out/ckpt.pt", "--held-out", "data/*/test.bin"),
+    *("--metric", "test_loss", "--metric-regex", r"test loss ([0-9.]+)"),
+]
+
+
+def held_out_peek(project: Path) -> Path:
+    """A patch a careless (or cheating) recipe would be: train.py reads the test split."""
+    where = project.resolve() / "data" / "tiny" / "test.bin"
+    source = (project / "train.py").read_text()
+    line = "torch.manual_seed(seed)\n"
+    peeked = source.replace(line, f"print(len(open({str(where)!r}, 'rb').read()))\n{line}", 1)
+    diff = difflib.unified_diff(
+        source.splitlines(True), peeked.splitlines(True), "a/train.py", "b/train.py"
+    )
+    patch = project.parent / "peek.diff"
+    patch.write_text("".join(diff))
+    return patch
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="held-out files need Landlock")
+@pytest.mark.timeout(420)
+def test_two_stages_score_with_the_unpatched_evaluation(installed: Path, project: Path) -> None:
+    """`swarm init --eval ... --held-out ...`: the swarm runs and stacks on the evaluation's
+    metric, and a patch that reads the held-out file fails in training."""
+    swarm(installed, project, *init(), *TWO_STAGE)
+    (project / "ladder.toml").write_text(FAST_LADDER)
+    one = swarm(installed, project, "run", "--tier", "0", "--seed", "1")
+    assert "status: OK" in one and re.search(r"test_loss: \d", one), one
+
+    with pytest.raises(AssertionError) as refused:
+        swarm(installed, project, "run", "--tier", "0", "--patch", str(held_out_peek(project)))
+    said = str(refused.value)
+    assert "exited 1" in said and "status: CRASH" in said and "PermissionError" in said, said
+
+    swarm(installed, project, "start", "--agents", "1", "--max-experiments", "10", timeout=360)
+    scored = "select distinct metric_name from runs where status = 'OK'"
+    assert swarm(installed, project, "sql", scored, "--format", "csv").split()[-1] == "test_loss"
+    evaluated = list((project / "swarm-workspace" / "logs" / "runs").glob("*.eval.log"))
+    assert len(evaluated) >= 10, evaluated

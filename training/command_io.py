@@ -37,14 +37,21 @@ def placeholders(command: str) -> set[str]:
     return set(PLACEHOLDER.findall(command))
 
 
-def check_placeholders(command: str, tiers: Iterable[tuple[str, Mapping[str, object]]]) -> None:
-    """Every placeholder in `command` is filled at every tier (given as name, dials)."""
+def check_placeholders(
+    command: str,
+    tiers: Iterable[tuple[str, Mapping[str, object]]],
+    key: str = "target.run",
+    extra: tuple[str, ...] = (),
+) -> None:
+    """Every placeholder in `command` (the config's `key`) is filled at every tier (given as
+    name, dials); `extra` names the ones this command gets besides the run's."""
     for tier, dials in tiers:
-        unknown = sorted(placeholders(command) - set(RUN_FIELDS) - set(dials))
+        fields = (*RUN_FIELDS, *extra)
+        unknown = sorted(placeholders(command) - set(fields) - set(dials))
         if unknown:
-            known = ", ".join("{" + n + "}" for n in (*RUN_FIELDS, *dials))
+            known = ", ".join("{" + n + "}" for n in (*fields, *dials))
             raise CommandError(
-                f"target.run: {{{unknown[0]}}} is neither a run field nor a dial of tier "
+                f"{key}: {{{unknown[0]}}} is neither a run field nor a dial of tier "
                 f"{tier!r} (it has {known}); write $ before it for a shell variable, or double "
                 "the braces for literal ones"
             )
@@ -63,14 +70,14 @@ def run_values(spec: RunSpec) -> dict[str, str]:
     return values | {name: _text(v) for name, v in spec.dials.items()}
 
 
-def render(command: str, spec: RunSpec) -> str:
+def render(command: str, spec: RunSpec, extra: Mapping[str, str] | None = None) -> str:
     """The command with its placeholders filled, each value quoted for the shell."""
-    values = run_values(spec)
+    values = run_values(spec) | dict(extra or {})
 
     def fill(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in values:  # checked at start-up; a RunSpec from elsewhere may lack it
-            raise CommandError(f"target.run: no value for {{{name}}} in this run")
+            raise CommandError(f"no value for {{{name}}} in this run's command")
         return shlex.quote(values[name])
 
     return PLACEHOLDER.sub(fill, command).replace("{{", "{").replace("}}", "}")

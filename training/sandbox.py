@@ -117,6 +117,11 @@ _FS_WRITES = sum(1 << b for b in (4, 5, 6, 7, 8, 9, 10, 11, 12))  # remove/make 
 _READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where it has none."""
+    return _landlock_abi(ctypes.CDLL(None, use_errno=True))
+
+
 def _landlock_abi(libc: ctypes.CDLL) -> int:
     numbers = _SYS.get(platform.machine())
     if numbers is None:

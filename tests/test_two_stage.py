@@ -1,0 +1,241 @@
+"""A two-stage command target: the edited training script cannot touch the metric or read the
+held-out files; only the unpatched evaluation reads them and prints the score. Each case is an
+experiment written the way a cheating or careless recipe would be, run through CommandTarget on
+the nanoGPT-style project (tests/nanogpt_project.py) with real torch in real processes."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
+from scale_ladder.tiers import load_tiers
+from swarm.config import ConfigError, SwarmConfig, TargetConfig, WorkspaceConfig
+from swarm.config_files import ladder_path, with_defaults
+from swarm.ladder_process import check_command
+from tests.nanogpt_project import write_project
+from training.command_io import MetricReader
+from training.command_target import CommandTarget
+from training.held_out import readable_except
+from training.runner import RunLimits
+from training.sandbox import landlock_abi
+
+pytestmark = pytest.mark.skipif(landlock_abi() < 1, reason="held-out files need Landlock")
+
+TRAIN = "python train.py --seed={seed} --max_iters={budget}"
+EVAL = "python eval.py --ckpt={train_dir}/out/ckpt.pt"
+TEST_LOSS = MetricReader("test_loss", "regex", r"test loss ([0-9.]+)")
+AFTER_SAVE = "torch.save({'model': model.state_dict(), 'model_args': model_args}"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return write_project(tmp_path / "project")
+
+
+def target(project: Path, **given: object) -> CommandTarget:
+    options: dict[str, object] = {"eval_command": EVAL, "held_out": ("data/*/test.bin",)}
+    return CommandTarget(project, "train.py", TRAIN, TEST_LOSS, **(options | given))  # type: ignore[arg-type]
+
+
+def run(t: CommandTarget, workspace: Path, patch: str = "", seed: int = 3) -> RunResult:
+    spec = RunSpec(
+        run_id=new_id("run"),
+        tier=0,
+        seed=seed,
+        champion_version=1,
+        budget_kind=BudgetKind.UNITS,
+        budget=20,
+        patch=patch,
+    )
+    return t.run(
+        spec,
+        t.initial_source(),
+        RunLimits(time_limit_s=120),
+        workspace / "scratch",
+        "cpu",
+        "test",
+        workspace / "logs" / "runs",
+        threading.Event(),
+    )
+
+
+def training_patch(project: Path, code: str, before: str = "torch.manual_seed(seed)") -> str:
+    """A patch to train.py running `code` at the line `before`."""
+    source = (project / "train.py").read_text()
+    assert before in source
+    changed = source.replace(before, f"{code}\n{before}", 1)
+    lines = difflib.unified_diff(
+        source.splitlines(True), changed.splitlines(True), "a/train.py", "b/train.py"
+    )
+    return "".join(lines)
+
+
+def test_the_metric_is_the_evaluations_and_both_logs_are_kept(
+    project: Path, tmp_path: Path
+) -> None:
+    # the training prints a score of its own: it is not the one read
+    fake = training_patch(project, "print('test loss 0.0001')")
+    result = run(target(project), tmp_path / "ws", fake)
+    assert result.status == RunStatus.OK, result.reason + result.log_tail
+    assert result.metric is not None and result.metric > 0.5
+    assert "--- training ---" in result.log_tail and "--- evaluation ---" in result.log_tail
+    assert result.eval_seconds > 0
+    logs = tmp_path / "ws" / "logs" / "runs"
+    assert f"test loss {result.metric:.4f}" in (logs / f"{result.run_id}.eval.log").read_text()
+    assert "test loss 0.0001" in (logs / f"{result.run_id}.log").read_text()
+    assert not list((tmp_path / "ws" / "scratch").iterdir())  # both copies removed
+
+
+def test_the_held_out_file_is_not_in_the_training_copy(project: Path, tmp_path: Path) -> None:
+    peek = training_patch(project, "open('data/tiny/test.bin', 'rb').read()")
+    result = run(target(project), tmp_path / "ws", peek)
+    assert result.status == RunStatus.CRASH
+    assert "FileNotFoundError" in result.log_tail
+
+
+def test_training_cannot_read_the_held_out_file_where_it_lives(
+    project: Path, tmp_path: Path
+) -> None:
+    where = project.resolve() / "data" / "tiny" / "test.bin"
+    peek = training_patch(project, f"open({str(where)!r}, 'rb').read()")
+    result = run(target(project), tmp_path / "ws", peek)
+    assert result.status == RunStatus.CRASH
+    assert "PermissionError" in result.log_tail
+    # nor through a link it makes to it, nor by a shell it starts
+    link = training_patch(project, f"os.symlink({str(where)!r}, 'peek'); open('peek','rb').read()")
+    assert "PermissionError" in run(target(project), tmp_path / "ws", link).log_tail
+    shell = training_patch(project, f"assert os.system('cat {where} > stolen') != 0")
+    assert run(target(project), tmp_path / "ws", shell).status == RunStatus.OK
+
+
+def test_training_cannot_reach_into_the_scratch_folder(project: Path, tmp_path: Path) -> None:
+    """Where the evaluation's copy of the held-out files will be: a process the training left
+    behind must not read it later."""
+    scratch = tmp_path / "ws" / "scratch"
+    (scratch / "earlier.eval").mkdir(parents=True)
+    (scratch / "earlier.eval" / "test.bin").write_bytes(b"held out")
+    peek = training_patch(project, f"open({str(scratch / 'earlier.eval' / 'test.bin')!r}).read()")
+    result = run(target(project), tmp_path / "ws", peek)
+    assert "PermissionError" in result.log_tail
+
+
+def test_the_evaluation_runs_the_unpatched_project(project: Path, tmp_path: Path) -> None:
+    """Rewriting eval.py (or model.py) in the training copy changes nothing the score reads."""
+    rewrite = training_patch(
+        project, "open('eval.py', 'w').write(\"print('test loss 0.0001')\")", AFTER_SAVE
+    )
+    result = run(target(project), tmp_path / "ws", rewrite)
+    assert result.status == RunStatus.OK, result.reason
+    assert result.metric is not None and result.metric > 0.5
+
+
+def test_a_training_that_leaves_no_checkpoint_fails_in_the_evaluation(
+    project: Path, tmp_path: Path
+) -> None:
+    lost = training_patch(project, "out_dir = 'elsewhere'", "os.makedirs(out_dir, exist_ok=True)")
+    result = run(target(project), tmp_path / "ws", lost)
+    assert result.status == RunStatus.CRASH
+    assert result.reason.startswith("evaluation: ")
+    assert "--- evaluation ---" in result.log_tail and "ckpt.pt" in result.log_tail
+
+
+def test_an_evaluation_without_the_metric_says_where_it_looked(
+    project: Path, tmp_path: Path
+) -> None:
+    quiet = target(project, eval_command="python -c 'print(1)'")
+    result = run(quiet, tmp_path / "ws")
+    assert result.status == RunStatus.CRASH
+    assert "in the evaluation's output" in result.reason
+
+
+def test_the_same_recipe_scores_the_same_in_one_stage_and_two(
+    project: Path, tmp_path: Path
+) -> None:
+    """The second stage adds no noise of its own: same seed, same checkpoint, same score."""
+    first, second = run(target(project), tmp_path / "a"), run(target(project), tmp_path / "b")
+    assert first.metric == second.metric
+    other = run(target(project), tmp_path / "c", seed=4)
+    assert other.metric != first.metric
+
+
+def test_held_out_patterns_must_name_files_in_the_project(project: Path, tmp_path: Path) -> None:
+    for patterns, why in (
+        (("data/*/tset.bin",), "matches no file"),
+        (("../elsewhere",), "inside the project"),
+        ((str(project / "data"),), "inside the project"),
+        (("*", "."), "whole project"),
+    ):
+        result = run(target(project, held_out=patterns), tmp_path / "ws")
+        assert result.status == RunStatus.REFUSED and why in result.reason, result.reason
+    alone = run(target(project, eval_command=""), tmp_path / "ws")
+    assert alone.status == RunStatus.REFUSED and "needs target.eval" in alone.reason
+
+
+def test_a_held_out_file_behind_a_link_is_hidden_where_it_lives(tmp_path: Path) -> None:
+    """data -> /elsewhere/data: the copy keeps the link; the file is denied at its real path."""
+    real = write_project(tmp_path / "real")
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("train.py", "model.py", "eval.py", "configurator.py"):
+        (project / name).write_text((real / name).read_text())
+    (project / "data").symlink_to(real / "data")
+    peek = training_patch(project, "open('data/tiny/test.bin', 'rb').read()")
+    result = run(target(project), tmp_path / "ws", peek)
+    assert "PermissionError" in result.log_tail
+    assert run(target(project), tmp_path / "ws").status == RunStatus.OK
+
+
+def test_the_complement_holds_everything_but_the_hidden_paths(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/b/secret", "a/b/beside", "a/other", "top"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "a" / "link").symlink_to(tmp_path / "a" / "b" / "secret")
+    granted = set(readable_except([tmp_path / "a" / "b" / "secret"]))
+    assert {tmp_path / "a" / "b" / "beside", tmp_path / "a" / "other", tmp_path / "top"} <= granted
+    hidden_or_on_the_way = {tmp_path / "a" / "b" / "secret", tmp_path / "a" / "b", tmp_path}
+    assert not hidden_or_on_the_way & granted
+    assert tmp_path / "a" / "link" not in granted  # a link is judged where it leads
+
+
+def config_for(project: Path, **target: str) -> SwarmConfig:
+    given = {"kind": "command", "project": str(project), "edit": "train.py", "run": TRAIN}
+    values = given | {"metric": "test_loss", "metric_from": "regex"} | target
+    config = SwarmConfig(
+        workspace=WorkspaceConfig(path=str(project.parent / "ws")),
+        target=TargetConfig(metric_regex=r"test loss ([0-9.]+)", **values),
+    )
+    return with_defaults(config, project / "swarm.toml", project)
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ({"held_out": "data/*/test.bin"}, "target.held_out needs target.eval"),
+        ({"eval": EVAL, "held_out": "data/*/tset.bin"}, "matches no file"),
+        ({"eval": "python eval.py --ckpt={chkpt}"}, "target.eval: {chkpt}"),
+        ({"eval": "python eval.py --seed={seed}"}, ""),
+        ({"eval": EVAL, "held_out": "data/*/test.bin"}, ""),
+    ],
+)
+def test_start_checks_the_two_stage_settings(
+    project: Path, given: dict[str, str], error: str
+) -> None:
+    config = config_for(project, **given)
+    tiers = load_tiers(ladder_path(config), "command")
+    if not error:
+        check_command(config, tiers)
+        return
+    with pytest.raises(ConfigError, match=error.replace("{", r"\{").replace("}", r"\}")):
+        check_command(config, tiers)
+
+
+def test_the_run_command_does_not_get_the_evaluations_placeholder(project: Path) -> None:
+    config = config_for(project, run="python train.py --out={train_dir}", eval=EVAL)
+    with pytest.raises(ConfigError, match=r"target\.run"):
+        check_command(config, load_tiers(ladder_path(config), "command"))
+    assert os.environ.get("SWARM_TRAIN_DIR") is None
