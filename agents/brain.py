@@ -102,7 +102,7 @@ class Desk:
     tried: frozenset[str]  # fingerprints of recipes already tried on this champion
     sources: Mapping[int, str] = field(default_factory=dict)  # each champion version's recipe
     lower_is_better: bool = True  # the target's metric
-    # names and globs of constants the project holds fixed (agents/fixed_constants.py): no
+    # names and globs of constants the project holds fixed (training/fixed_constants.py): no
     # brain moves them, and the LLM prompt says so
     fixed: frozenset[str] = frozenset()
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from itertools import islice
 
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
-from agents.fixed_constants import held, nothing_to_move
 from agents.hypotheses import clip, describe, short, step_text
 from agents.search_space import Dimension, Kind, SpaceError, distance, space_of, step
 from bus.champion_store import fingerprint
+from training.fixed_constants import held, nothing_to_move
 from training.recipe_constants import (
     Change,
     Constant,
@@ -66,7 +66,7 @@ class _Board:
     constants: Mapping[str, Constant]
     findings: tuple[Finding, ...]
     space: Mapping[tuple[str, int | None], Dimension]  # (constant, tuple index) -> dimension
-    held: frozenset[str]  # constants held fixed (agents/fixed_constants.py): never moved
+    held: frozenset[str]  # constants held fixed (training/fixed_constants.py): never moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,17 @@ def _positive(finding: Finding) -> bool:
 
 def _gain(finding: Finding) -> float:
     return finding.delta if finding.delta is not None else 0.0
+
+
+def _tested_tail(tested: list[Finding], version: int) -> str:
+    """What the swarm knows of moving this constant on the champion, in a sentence."""
+    if not tested:
+        return f"Untested on champion v{version}."
+    ideas = f"{len(tested)} idea{'' if len(tested) == 1 else 's'} moved it on v{version}"
+    gains = [f.delta for f in tested if f.delta is not None]
+    if not gains:
+        return f"{ideas}, none measured yet."
+    return f"{ideas} (best gain {max(gains):+.3g})."
 
 
 def _applies(change: Change, board: _Board) -> bool:
@@ -241,13 +252,7 @@ class HeuristicBrain:
                 if moved is None:
                     continue
                 name, index = d.constant, d.index
-                tested = tested_on.get(name, [])
-                tail = (
-                    f"{len(tested)} idea{'' if len(tested) == 1 else 's'} moved it on "
-                    f"v{board.version} (best gain {max(_gain(f) for f in tested):+.3g})."
-                    if tested
-                    else f"Untested on champion v{board.version}."
-                )
+                tail = _tested_tail(tested_on.get(name, []), board.version)
                 value = with_element(board.constants[name].value, index, moved)
                 yield _Draft({name: value}, tail, f"a random {d.kind} step on {d.name}")
 

@@ -35,10 +35,10 @@ from optuna.trial import TrialState, create_trial
 
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.finding_values import out_of_play, point_of, tier_values
-from agents.fixed_constants import nothing_to_move
 from agents.hypotheses import clip, describe
 from agents.search_space import Dimension, Kind, SearchSpace, SpaceError, space_of
 from bus.champion_store import fingerprint
+from training.fixed_constants import nothing_to_move
 from training.recipe_constants import Change, Scalar, constants, edit
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial would flood the logs

@@ -21,7 +21,7 @@ declaration a brain derives a range around the current value: a decade either si
 floats, x/4..x·4 for integers, x/8..x·8 for powers of two, both values for flags; a fraction
 (0 < x < 1 in a constant named like FRACTION, DROPOUT, BETA, MOMENTUM in any case, or an
 element of a tuple) stays inside (0, 1). Strings, zero and negative numbers move only when
-declared. Constants the project holds fixed (agents/fixed_constants.py: `target.fixed`, the run
+declared. Constants the project holds fixed (training/fixed_constants.py: `target.fixed`, the run
 command's options) are left out of the space, as `search: fixed` ones are.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from agents.fixed_constants import FIXED_DECLARATIONS, is_fixed
+from training.fixed_constants import FIXED_DECLARATIONS, is_fixed
 from training.recipe_constants import Constant, Scalar, Value, constants, scalar_at
 
 FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")  # matched in the upper-cased name
@@ -152,7 +152,7 @@ class SearchSpace:
 
 def space_of(source: str, fixed: Collection[str] = ()) -> SearchSpace:
     """The recipe's search space, from its declarations and its current values, without the
-    constants whose names match `fixed` (names or globs, agents/fixed_constants.py); SpaceError
+    constants whose names match `fixed` (names or globs, training/fixed_constants.py); SpaceError
     names every declaration it cannot use, not just the first."""
     dimensions: list[Dimension] = []
     problems: list[str] = []

@@ -56,6 +56,7 @@ from scale_ladder.rules import (
     seed_ignored,
     seed_ignored_reason,
 )
+from training.fixed_constants import moved_fixed
 from training.patching import make_patch
 
 __all__ = ["Ladder", "LadderRefusal", "Phase", "tier_seed"]
@@ -118,7 +119,12 @@ class Ladder(LadderState):
             return
         try:
             patch = idea.patch
-            patched_source(base.source, patch, self.editable)
+            new_source = patched_source(base.source, patch, self.editable)
+            if moved := moved_fixed(base.source, new_source, self.fixed):
+                raise NotAdmitted(
+                    f"it changes {', '.join(moved)}, held fixed by the project (target.fixed, "
+                    "its run command's options, or `# search: fixed` in the recipe)"
+                )
             if idea.champion_version < self.current:
                 new = self.champions[self.current].source
                 patch = rebase(patch, base.source, new, self.editable)

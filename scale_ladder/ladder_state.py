@@ -80,6 +80,8 @@ class LadderState:
     lower_is_better: bool = True
     require_approval: bool = False
     near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
+    # constants an idea may not move (names or globs; training/fixed_constants.py)
+    fixed: frozenset[str] = frozenset()
     champions: dict[int, ChampionChange] = field(default_factory=dict)
     ideas: dict[str, IdeaState] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)

@@ -20,6 +20,7 @@ from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
 from training.command_io import CommandError, MetricReader, check_placeholders
+from training.fixed_constants import fixed_names
 from training.held_out import held_out_files
 from training.sandbox import landlock_abi
 from training.target_info import BYTELM, SYNTHETIC, TargetInfo
@@ -101,6 +102,7 @@ def make_ladder(config: SwarmConfig) -> Ladder:
         lower_is_better=info.lower_is_better,
         require_approval=ladder.require_approval,
         near_duplicate_similarity=ladder.near_duplicate_similarity,
+        fixed=fixed_names(config.target.fixed, config.target.run),
     )
 
 

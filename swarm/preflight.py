@@ -9,10 +9,10 @@ naming the file and how to give the brains something to move.
 from __future__ import annotations
 
 from agents.brain_groups import LLM_BRAINS, parse_brain_groups
-from agents.fixed_constants import fixed_names, nothing_to_move
 from agents.search_space import SpaceError, space_of
 from swarm.config import ConfigError, SwarmConfig
 from swarm.ladder_process import target_info
+from training.fixed_constants import fixed_names, nothing_to_move
 from training.recipe_constants import constants
 
 

@@ -8,6 +8,7 @@ import statistics
 
 from swarm.config import SwarmConfig
 from swarm.follow_up import swarm_command
+from swarm.ladder_process import target_info
 from swarm.sql_client import read_file
 from swarm.workspace import Workspace
 
@@ -52,7 +53,8 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
         lines.append(f"tier {tier} verdicts: {', '.join(counts)}")
     sigmas = {int(r["tier"]): float(r["sigma"]) for r in rows(SIGMA_SQL)}  # type: ignore[call-overload, arg-type]
     latest = int(rows(LATEST_SQL)[0]["v"] or 1)  # type: ignore[call-overload]
-    lines += champion_moves(rows(BASELINES_SQL), sigmas, latest)
+    lower_is_better = target_info(config).lower_is_better
+    lines += champion_moves(rows(BASELINES_SQL), sigmas, latest, lower_is_better)
     lines += [f"tier {r['tier']} held: {r['rule']}" for r in rows(HELD_SQL)]
     lines.append(f"ledger: {workspace.ledger_path} (snapshots in {workspace.snapshot_dir})")
     lines.append("ask it, e.g.:")
@@ -62,10 +64,15 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
 
 
 def champion_moves(
-    baselines: list[dict[str, object]], sigmas: dict[int, float], latest: int = 0
+    baselines: list[dict[str, object]],
+    sigmas: dict[int, float],
+    latest: int = 0,
+    lower_is_better: bool = True,
 ) -> list[str]:
     """Per tier: the first champion's baseline against the latest one measured there, paired
-    by seed, and whether a newer champion is still to be measured there."""
+    by seed, and whether a newer champion is still to be measured there. The gain is positive
+    when the champion got better, whichever way the metric points, as in the decisions."""
+    sign = 1.0 if lower_is_better else -1.0
     table: dict[int, dict[int, dict[int, float]]] = {}
     for r in baselines:
         tier, version, seed = int(r["tier"]), int(r["version"]), int(r["seed"])  # type: ignore[call-overload]
@@ -79,7 +86,7 @@ def champion_moves(
             mean = statistics.fmean(versions[last].values())
             lines.append(f"tier {tier} champion: v{last} at {mean:.4f} (no change measured{later})")
             continue
-        gains = [versions[first][s] - versions[last][s] for s in seeds]
+        gains = [sign * (versions[first][s] - versions[last][s]) for s in seeds]
         delta = statistics.fmean(gains)
         sigma = sigmas.get(tier) or (statistics.stdev(gains) if len(gains) > 1 else None)
         band = (
@@ -90,7 +97,7 @@ def champion_moves(
         was = statistics.fmean(versions[first][s] for s in seeds)
         paired = f"{len(gains)} paired seed" + ("s" if len(gains) > 1 else "")
         lines.append(
-            f"tier {tier} champion: v{first} {was:.4f} -> v{last} {was - delta:.4f} "
+            f"tier {tier} champion: v{first} {was:.4f} -> v{last} {was - sign * delta:.4f} "
             f"(gain {delta:+.4f} over {paired}; {band}{later})"
         )
     return lines

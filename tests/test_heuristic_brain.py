@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.brain import Finding, Persona, Proposal
-from agents.heuristic_brain import HeuristicBrain, OfflineBrain
+from agents.heuristic_brain import HeuristicBrain, OfflineBrain, _tested_tail
 from agents.researcher import Researcher
 from agents.search_space import Dimension, Kind, space_of, step
 from bus.champion_store import fingerprint
@@ -318,3 +318,16 @@ async def test_a_researcher_with_nothing_untried_rests_longer_each_time_until_a_
     researcher.observe(ChampionChange(2, 1, ChangeKind.STACK, "b", source="LR = 1.0\n"))
     assert researcher.resting_until == 0.0
     assert await researcher.propose() is not None  # LR has moves
+
+
+def test_a_hypothesis_tells_what_moving_the_constant_did_so_far() -> None:
+    """Undecided findings have no gain: they are not reported as a best gain of 0."""
+
+    def finding(delta: float | None) -> Finding:
+        change = Change("lr", "1e-3", "2e-3")
+        return Finding("i", "a", 3, (change,), "h", 0, "" if delta is None else "REJECT", delta)
+
+    assert _tested_tail([], 3) == "Untested on champion v3."
+    assert _tested_tail([finding(None)], 3) == "1 idea moved it on v3, none measured yet."
+    tail = _tested_tail([finding(None), finding(-0.02), finding(0.0123)], 3)
+    assert tail == "3 ideas moved it on v3 (best gain +0.0123)."

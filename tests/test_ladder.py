@@ -368,3 +368,17 @@ def test_a_patch_that_changes_no_code_or_cannot_compile_safely_is_refused(tmp_pa
     assert comment.verdict is Verdict.REFUSED and "only comments or layout" in comment.rule
     deep = decisions(sim, "idea-deep")[0]
     assert deep.verdict is Verdict.REFUSED and "nested too deeply" in deep.rule
+
+
+def test_an_idea_that_moves_a_constant_held_fixed_is_refused(tmp_path: Path) -> None:
+    """An LLM's patch is free text: whatever its prompt said, admission refuses a change to a
+    constant the project holds fixed (target.fixed, the run command, `# search: fixed`)."""
+    ladder = make_ladder(tmp_path)
+    ladder.fixed = frozenset({"W*"})
+    sim = started(ladder)
+    sim.propose("idea-wd", "WD = 0.1->WD = 0.2")
+    refusal = decisions(sim, "idea-wd")[0]
+    assert refusal.verdict is Verdict.REFUSED and "it changes WD, held fixed" in refusal.rule
+    sim.propose("idea-lr", "LR = 1.0->LR = 2.0")  # not fixed: admitted and run
+    sim.run_all()
+    assert decisions(sim, "idea-lr")[0].verdict is Verdict.PROMOTE

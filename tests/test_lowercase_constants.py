@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from agents.brain import Desk, Finding, Persona
-from agents.fixed_constants import command_names, fixed_names, is_fixed
 from agents.heuristic_brain import HeuristicBrain
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
 from agents.search_space import Kind, space_of
 from bus.champion_store import fingerprint
+from training.fixed_constants import command_names, fixed_names, is_fixed
 from training.recipe_constants import (
     CONSTANT_NAME,
     Change,

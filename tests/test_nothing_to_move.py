@@ -13,7 +13,6 @@ from nats.aio.client import Client
 from rich.console import Console
 
 from agents.brain import Brain, Desk, Persona
-from agents.fixed_constants import fixed_names
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.llm_prompt import researcher_prefix
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
@@ -29,6 +28,7 @@ from swarm.sql_client import ask_ledger
 from swarm.start import start_swarm
 from swarm.workspace import Workspace
 from tests.conftest import wait_for_async
+from training.fixed_constants import fixed_names
 
 # Every dial held fixed or with no range to derive.
 HELD_ALL = '''"""A script whose dials the project holds."""

@@ -1,7 +1,8 @@
-"""Which of a recipe's constants the project holds fixed, so no brain moves them.
+"""Which of a recipe's constants the project holds fixed, so no brain moves them, and the
+ladder refuses an idea that does (an LLM's patch is free text: the prompt asks, admission checks).
 
 Three sources, merged here once and read by every brain (agents/search_space.py drops them from
-the space; the LLM prompt lists them):
+the space; the LLM prompt lists them) and by the ladder's admission:
 
 - the recipe itself: `# search: fixed` (or `off`) at the end of a constant's comment;
 - the project's config: `target.fixed`, names or fnmatch globs, comma-separated
@@ -17,7 +18,7 @@ import fnmatch
 import shlex
 from collections.abc import Collection, Mapping
 
-from training.recipe_constants import Constant
+from training.recipe_constants import Constant, changes_between, constants
 
 FIXED_DECLARATIONS = ("fixed", "off")  # `# search: fixed` in a constant's comment
 HOW_TO_ADD_DIALS = (
@@ -65,6 +66,14 @@ def held(found: Mapping[str, Constant], fixed: Collection[str]) -> list[str]:
     """The constants no brain may move, by the recipe's declaration or the project's word, in
     the recipe's order."""
     return [n for n, c in found.items() if declared_fixed(c) or is_fixed(n, fixed)]
+
+
+def moved_fixed(old_source: str, new_source: str, fixed: Collection[str]) -> list[str]:
+    """The constants held fixed (by the old source's declarations or the project's `fixed`)
+    whose values the new source changes. Only module-level constants are compared: code that
+    reassigns one further down is an edit like any other."""
+    found = constants(old_source)
+    return [c.name for c in changes_between(old_source, new_source) if c.name in held(found, fixed)]
 
 
 def nothing_to_move(found: Mapping[str, Constant], editable: str, fixed: Collection[str]) -> str:
