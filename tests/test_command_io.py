@@ -273,7 +273,7 @@ def test_the_project_copy_keeps_links_as_links(project: Path, tmp_path: Path) ->
     (project / "data").symlink_to(outside)
     (project / "loop").symlink_to(project / "loop")  # a loop: copied as what it is
     result = run_in(
-        project, "test -L data && cat data/train.bin | wc -c; python train.py", tmp_path
+        project, "test -L data && cat data/train.bin | wc -c; python train.py", tmp_path / "ws"
     )
     assert result.status == RunStatus.OK, result.reason
     assert result.log_tail.splitlines()[0].strip() == "1000"

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import difflib
 import os
+import shutil
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -239,3 +243,53 @@ def test_the_run_command_does_not_get_the_evaluations_placeholder(project: Path)
     with pytest.raises(ConfigError, match=r"target\.run"):
         check_command(config, load_tiers(ladder_path(config), "command"))
     assert os.environ.get("SWARM_TRAIN_DIR") is None
+
+
+def test_a_checkpoint_linked_to_another_runs_is_not_scored(project: Path, tmp_path: Path) -> None:
+    """A red team's find: training nothing and linking out/ckpt.pt to a concurrent run's
+    checkpoint scored that run's result. Links out of the training folder are removed, and the
+    evaluation cannot read other runs' folders anyway."""
+    other = tmp_path / "ws" / "scratch" / "run-other"  # a concurrent run's training folder
+    shutil.copytree(project, other)
+    subprocess.run([sys.executable, "train.py", "--max_iters=5"], cwd=other, check=True)
+    kept = other / "out"
+    steal = training_patch(
+        project,
+        f"os.makedirs('out', exist_ok=True); os.symlink({str(kept / 'ckpt.pt')!r}, "
+        "'out/ckpt.pt'); raise SystemExit(0)",
+    )
+    result = run(target(project), tmp_path / "ws", steal)
+    assert result.status == RunStatus.CRASH and result.reason.startswith("evaluation: ")
+    assert "No such file" in result.log_tail, result.log_tail
+
+
+def test_no_stage_reads_the_workspace_or_reaches_the_network(tmp_path: Path) -> None:
+    """One stage, no held-out files: the bus passwords in the workspace stay unread and no
+    packet leaves (Landlock bars TCP only; UDP was a red team's way out)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    secret = tmp_path / "ws" / "run" / "trainer.creds.json"
+    secret.parent.mkdir(parents=True)
+    secret.write_text('{"password": "hunter2"}')
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    (project / "train.py").write_text(
+        "import socket\n"
+        f"try:\n    print(open({str(secret)!r}).read())\n"
+        "except OSError as e:\n    print('read', e)\n"
+        "try:\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"    s.sendto(b'out', ('127.0.0.1', {port}))\nexcept OSError as e:\n    print('udp', e)\n"
+        "print('val_loss: 1.0')\n"
+    )
+    one = CommandTarget(
+        project, "train.py", "python train.py", MetricReader("val_loss"), skip=(tmp_path / "ws",)
+    )
+    result = run(one, tmp_path / "ws")
+    assert result.status == RunStatus.OK, result.reason
+    assert "hunter2" not in result.log_tail and "read [Errno 13]" in result.log_tail
+    assert "udp [Errno 1]" in result.log_tail, result.log_tail
+    with pytest.raises(TimeoutError):
+        listener.recv(16)
+    listener.close()

@@ -8,14 +8,19 @@ file and leaves its checkpoint in that copy; then the evaluation command, from a
 the project that no patch touched, runs in its own process, reads the checkpoint (its folder is
 `{train_dir}`, also SWARM_TRAIN_DIR) and prints the metric. Only the evaluation's output is
 read. Files declared held out (`held_out`) are left out of the training copy and made
-unreadable to the training process and everything it starts (Landlock; see held_out), and the
-workspace's scratch folder with them, so a later evaluation's copy is out of its reach too.
-The checkpoint is the experiment's output and untrusted: the evaluation must load it as data
+unreadable to the training process and everything it starts (Landlock; see held_out). Links
+the training left in its folder that lead out of it are removed before the evaluation reads
+it (a checkpoint linked to another run's is not this run's). The checkpoint is the
+experiment's output and untrusted: the evaluation must load it as data
 (`torch.load(..., weights_only=True)`, torch's default since 2.6), never unpickle code.
 
-Both stages run under the same confinement as every experiment: the hard wall-clock limit
+Every stage runs under the same confinement as every experiment: the hard wall-clock limit
 (each stage its own), rlimits, a scrubbed environment, writes only into the stage's own copy,
-no network, and each stage's full log kept in logs/runs/.
+no read of the workspace (the bus passwords, other runs' logs) or of the scratch folder (other
+runs' copies), each stage's full log kept in logs/runs/. Training has no network (Landlock bars
+TCP, seccomp every socket but Unix ones). Not confined (see README, "One stage or two"): file
+metadata outside the copy (chmod, utime: Landlock does not cover them), processes that leave
+the run's process group, and SysV IPC.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from training.sandbox import (
     drop_capabilities,
     landlock_abi,
     restrict_filesystem,
+    restrict_syscalls,
     scrubbed_env,
     set_rlimits,
 )
@@ -87,6 +93,18 @@ class RunContext:
     device: str
     cancel: threading.Event | None
     own_python: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What one stage may read and do: everything but `hidden` (real paths), plus `also` inside
+    them; `strict`: refuse to run where Landlock cannot enforce it; `no_network`: no socket but
+    Unix ones (Landlock bars TCP only)."""
+
+    hidden: tuple[Path, ...]
+    also: tuple[Path, ...]
+    strict: bool
+    no_network: bool
 
 
 @dataclass
@@ -126,26 +144,35 @@ class CommandTarget:
             return RunResult(**base, status=RunStatus.REFUSED, reason=why)
         try:
             patched = apply(source, spec.patch, self.editable) if spec.patch else source
-            hidden = self._hidden(scratch)
+            held_out = self._held_out()
         except PatchRefused as exc:
             return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
         except CommandError as exc:
             return RunResult(**base, status=RunStatus.REFUSED, reason=str(exc))
         run = RunContext(spec, limits, device, cancel, self.own_python)
         work, checked = scratch / spec.run_id, scratch / f"{spec.run_id}{EVAL_SUFFIX}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        # The workspace (the bus passwords, other runs' logs) and the scratch folder (other
+        # runs' copies, the evaluations' held-out files among them) are out of every stage's
+        # reach; training's, the held-out files too.
+        swarm_own = (*self.skip, Path(os.path.realpath(scratch)))
+        strict = bool(held_out)  # no Landlock, no run: the files would not be hidden
+        trains = Reach((*swarm_own, *held_out), (), strict, no_network=True)
         two_stage = bool(self.eval_command)
         evaluation: Stage | None = None
         try:
             remove_tree(work)
             remove_tree(checked)
-            self._copy(work, hidden)
+            self._copy(work, trains.hidden)
             (work / self.editable).write_text(patched)
-            training, tail = _stage(run, self.command, work, hidden, {}, log_dir, two_stage)
+            training, tail = _stage(run, self.command, work, trains, {}, log_dir, two_stage)
             if two_stage and training.status is RunStatus.OK:
-                self._copy(checked, ())
+                drop_links_out(work)
+                self._copy(checked, swarm_own)
                 given = {"train_dir": str(work)}
+                evaluates = Reach(swarm_own, (work,), strict, no_network=False)
                 evaluation, checked_tail = _stage(
-                    run, self.eval_command, checked, None, given, log_dir, two_stage
+                    run, self.eval_command, checked, evaluates, given, log_dir, two_stage
                 )
                 tail = f"{tail}\n{checked_tail}"
         finally:
@@ -162,11 +189,10 @@ class CommandTarget:
             log_tail=tail,
         )
 
-    def _hidden(self, scratch: Path) -> tuple[Path, ...] | None:
-        """What the training process may not read: the held-out files and the scratch folder
-        (where the evaluation's copy of them will be); None: it may read everything."""
+    def _held_out(self) -> tuple[Path, ...]:
+        """The real paths of the held-out files (none for a one-stage target)."""
         if not self.held_out:
-            return None
+            return ()
         if not self.eval_command:
             raise CommandError("target.held_out needs target.eval: only an evaluation reads them")
         if landlock_abi() < 1:
@@ -174,15 +200,13 @@ class CommandTarget:
                 "target.held_out: this kernel has no Landlock (Linux 5.13 or later, with "
                 "landlock among its LSMs), so the held-out files cannot be hidden from training"
             )
-        scratch.mkdir(parents=True, exist_ok=True)
-        return (*held_out_files(self.project, self.held_out), Path(os.path.realpath(scratch)))
+        return held_out_files(self.project, self.held_out)
 
-    def _copy(self, to: Path, hidden: tuple[Path, ...] | None) -> None:
+    def _copy(self, to: Path, left_out: tuple[Path, ...]) -> None:
         """The project into `to`, without caches, environments, the swarm's own folders inside
         it (whatever their names: a workspace copied into each of its runs nests until the path
-        is too long) and the held-out files. Links stay links (a `data -> /big` link is not
+        is too long) and `left_out` (real paths). Links stay links (a `data -> /big` link is not
         copied per run; a loop is no loop)."""
-        left_out = {*self.skip, *(hidden or ())}
 
         def ignored(folder: str, names: list[str]) -> set[str]:
             # realpath, not Path.resolve: a link loop in the project must not stop the copy
@@ -208,23 +232,36 @@ class CommandTarget:
         return RunStatus.OK, "", metric
 
 
+def drop_links_out(folder: Path) -> None:
+    """Remove the links in `folder` that lead out of it, before the evaluation reads it: a
+    checkpoint that is a link to another run's, or to a held-out file, is not this run's."""
+    inside = os.path.realpath(folder)
+    for parent, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            path = os.path.join(parent, name)
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                if os.path.commonpath([inside, target]) != inside:
+                    os.unlink(path)
+
+
 def _stage(
     run: RunContext,
     command: str,
     folder: Path,
-    hidden: tuple[Path, ...] | None,
+    reach: Reach,
     given: Mapping[str, str],
     log_dir: Path | None,
     two_stage: bool,
 ) -> tuple[Stage, str]:
-    """One process of the run in `folder`, with its log kept and the log's tail. `hidden`: the
-    paths it may not read (None: it may read everything); `given`: its own placeholders."""
+    """One process of the run in `folder`, with its log kept and the log's tail. `reach`: what
+    it may read and do; `given`: its own placeholders."""
     evaluating = "train_dir" in given
     # The log is read through this handle, never through its path, which the command may have
     # replaced (a link to a file of the trainer's, a FIFO that blocks).
     log = os.open(folder / LOG_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        stage = _execute(run, command, folder, log, hidden, given)
+        stage = _execute(run, command, folder, log, reach, given)
         if log_dir is not None:
             name = run.spec.run_id + (EVAL_SUFFIX if evaluating else "")
             keep_log(log, log_dir / f"{name}.log")
@@ -241,7 +278,7 @@ def _execute(
     command: str,
     folder: Path,
     log: int,
-    hidden: tuple[Path, ...] | None,
+    reach: Reach,
     given: Mapping[str, str],
 ) -> Stage:
     extra = environment(run.spec, run.device) | {f"SWARM_{k.upper()}": v for k, v in given.items()}
@@ -250,7 +287,7 @@ def _execute(
         env["PATH"] = os.pathsep.join(p for p in (OWN_BIN, env.get("PATH", "")) if p)
     try:
         text = render(command, run.spec, given)
-        readable = None if hidden is None else readable_except(hidden)
+        readable = [*readable_except(reach.hidden), *reach.also]
     except CommandError as exc:
         return Stage(RunStatus.REFUSED, str(exc), 0.0)
     try:  # the copy of the project is not the run's to fill: the quota is on what it adds
@@ -267,26 +304,31 @@ def _execute(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_confinement(run, folder, readable),
+            preexec_fn=_confinement(run, folder, readable, reach),
         )
     except subprocess.SubprocessError as exc:  # the confinement failed in the child: nothing ran
         return Stage(RunStatus.REFUSED, f"the run could not be confined: {exc}", 0.0)
     return _watch(run, process, folder, log, copied, started)
 
 
-def _confinement(run: RunContext, folder: Path, readable: list[Path] | None) -> Callable[[], None]:
-    """What runs between fork and exec: limits and Landlock survive exec. `readable`: the only
-    paths it may read besides its folder (None: all). Where a GPU is used, its device files
-    must be writable (opening them read-write is how CUDA starts)."""
+def _confinement(
+    run: RunContext, folder: Path, readable: list[Path], reach: Reach
+) -> Callable[[], None]:
+    """What runs between fork and exec: limits, Landlock and seccomp survive exec. Where a GPU
+    is used, its device files must be writable (opening them read-write is how CUDA starts)."""
     writable = [folder, Path("/dev/null")]
     if run.device.startswith("cuda"):
         writable += sorted(Path("/dev").glob("nvidia*"))
 
     def confine() -> None:
         set_rlimits(run.limits.limits)
-        applied = restrict_filesystem(readable or [], writable, reads_all=readable is None)
-        if readable is not None and not applied.startswith("landlock abi"):
+        applied = restrict_filesystem(readable, writable, reads_all=False)
+        if reach.strict and not applied.startswith("landlock abi"):
             raise OSError(f"held-out files cannot be hidden: {applied}")
+        if reach.no_network:
+            applied = restrict_syscalls(processes=True)
+            if reach.strict and applied != "seccomp":
+                raise OSError(f"the network cannot be closed: {applied}")
         drop_capabilities()  # no_new_privs (set above) keeps exec from granting them back
 
     return confine

@@ -237,13 +237,17 @@ _ABIS = {
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
 
 
-def restrict_syscalls() -> str:
+def restrict_syscalls(processes: bool = False) -> str:
     """Deny fork/vfork/exec and non-thread clone, non-Unix sockets, memfd and io_uring to this
     process and its threads, and every syscall made through another ABI: on x86_64, `int 0x80`
-    reaches the i386 table (where fork is 2), which a filter on x86_64 numbers alone lets by."""
+    reaches the i386 table (where fork is 2), which a filter on x86_64 numbers alone lets by.
+    `processes`: allow fork, exec and memfd (a command target runs a shell and its toolchain),
+    deny the rest: Landlock bars TCP only, so without this a UDP packet leaves the machine."""
     abi = _ABIS.get(platform.machine())
     if abi is None:
         return "seccomp unavailable"
+    if processes:
+        abi = _Abi(abi.arch, abi.denied[-1:], -1, abi.clone3, abi.socket, abi.x32)
     deny, enosys, allow = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000  # ERRNO(EPERM), (ENOSYS)
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ/JGE/JSET|K
     nr, arch, arg0 = 0, 4, 16  # offsets in struct seccomp_data (arg0: its low half)
@@ -254,11 +258,14 @@ def restrict_syscalls() -> str:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
     # falls back to clone, whose flags it can check.
-    prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
+    if abi.clone >= 0:
+        prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
     prog += [(jeq, 0, 4, abi.socket), (ld, 0, 0, arg0), (jeq, 0, 1, _AF_UNIX)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    prog += [(jeq, 0, 3, abi.clone), (ld, 0, 0, arg0), (jset, 1, 0, _CLONE_THREAD)]
-    prog += [(ret, 0, 0, deny), (ret, 0, 0, allow)]
+    if abi.clone >= 0:
+        prog += [(jeq, 0, 3, abi.clone), (ld, 0, 0, arg0), (jset, 1, 0, _CLONE_THREAD)]
+        prog += [(ret, 0, 0, deny)]
+    prog += [(ret, 0, 0, allow)]
     raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buffer = ctypes.create_string_buffer(raw)
     fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buffer))
