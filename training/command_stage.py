@@ -1,0 +1,219 @@
+"""One process of a command target's run (a stage): how it is confined, watched and read.
+
+Every stage runs with the hard wall-clock limit, rlimits, a scrubbed environment and writes
+only into its own folder; what else it may read and whether it has a network is its `Reach`
+(command_target decides both). Its log is read through the handle the runner opened, never
+through a path the command could replace.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bus.messages import RunSpec, RunStatus
+from training import runner
+from training.command_io import METRIC_TAIL_BYTES, CommandError, environment, render
+from training.experiment_session import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S
+from training.held_out import readable_except
+from training.process_outcome import (
+    LOG_TAIL_CHARS,
+    disk_usage,
+    fd_tail,
+    keep_log,
+    kill_group,
+    outcome,
+)
+from training.sandbox import (
+    Limits,
+    drop_capabilities,
+    restrict_filesystem,
+    restrict_syscalls,
+    scrubbed_env,
+    set_rlimits,
+)
+
+LOG_NAME = ".swarm-run.log"  # a stage's output, in its copy of the project
+# The interpreter swarm runs on, not resolved: a virtual environment's python is a link.
+OWN_BIN = str(Path(sys.executable).parent)
+EVAL_SUFFIX = ".eval"  # the evaluation's copy and log: <run_id>.eval
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """How one process of a run ended: OK means it exited 0, nothing more."""
+
+    status: RunStatus
+    reason: str
+    seconds: float
+    output: str = ""  # the end of its log (METRIC_TAIL_BYTES), read when it exited 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What every stage of one run shares."""
+
+    spec: RunSpec
+    limits: runner.RunLimits
+    device: str
+    cancel: threading.Event | None
+    own_python: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What one stage may read and do: everything but `hidden` (real paths), plus `also` inside
+    them; `strict`: refuse to run where Landlock cannot enforce it; `no_network`: no socket but
+    Unix ones (Landlock bars TCP only)."""
+
+    hidden: tuple[Path, ...]
+    also: tuple[Path, ...]
+    strict: bool
+    no_network: bool
+
+
+def run_stage(
+    run: RunContext,
+    command: str,
+    folder: Path,
+    reach: Reach,
+    given: Mapping[str, str],
+    log_dir: Path | None,
+    two_stage: bool,
+) -> tuple[Stage, str]:
+    """One process of the run in `folder`, with its log kept and the log's tail. `reach`: what
+    it may read and do; `given`: its own placeholders."""
+    evaluating = "train_dir" in given
+    # The log is read through this handle, never through its path, which the command may have
+    # replaced (a link to a file of the trainer's, a FIFO that blocks).
+    log = os.open(folder / LOG_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        stage = _execute(run, command, folder, log, reach, given)
+        if log_dir is not None:
+            name = run.spec.run_id + (EVAL_SUFFIX if evaluating else "")
+            keep_log(log, log_dir / f"{name}.log")
+        if not two_stage:
+            return stage, fd_tail(log)
+        heading = "--- evaluation ---" if evaluating else "--- training ---"
+        return stage, f"{heading}\n{fd_tail(log, LOG_TAIL_CHARS // 2)}"
+    finally:
+        os.close(log)
+
+
+def _execute(
+    run: RunContext,
+    command: str,
+    folder: Path,
+    log: int,
+    reach: Reach,
+    given: Mapping[str, str],
+) -> Stage:
+    extra = environment(run.spec, run.device) | {f"SWARM_{k.upper()}": v for k, v in given.items()}
+    env = scrubbed_env(folder, extra, cpu=not run.device.startswith("cuda"))
+    if run.own_python:
+        env["PATH"] = os.pathsep.join(p for p in (OWN_BIN, env.get("PATH", "")) if p)
+    try:
+        text = render(command, run.spec, given)
+        readable = [*readable_except(reach.hidden), *reach.also]
+    except CommandError as exc:
+        return Stage(RunStatus.REFUSED, str(exc), 0.0)
+    try:  # the copy of the project is not the run's to fill: the quota is on what it adds
+        copied = disk_usage(folder, 0, SCRATCH_DEPTH_MAX)  # pid 0: no process, no held files
+    except OSError as exc:
+        return Stage(RunStatus.CRASH, f"the project copy cannot be checked: {exc}", 0.0)
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            ["/bin/sh", "-c", text],
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_confinement(run, folder, readable, reach),
+        )
+    except subprocess.SubprocessError as exc:  # the confinement failed in the child: nothing ran
+        return Stage(RunStatus.REFUSED, f"the run could not be confined: {exc}", 0.0)
+    return _watch(run, process, folder, log, copied, started)
+
+
+def _confinement(
+    run: RunContext, folder: Path, readable: list[Path], reach: Reach
+) -> Callable[[], None]:
+    """What runs between fork and exec: limits, Landlock and seccomp survive exec. Where a GPU
+    is used, its device files must be writable (opening them read-write is how CUDA starts)."""
+    writable = [folder, Path("/dev/null")]
+    if run.device.startswith("cuda"):
+        writable += sorted(Path("/dev").glob("nvidia*"))
+
+    def confine() -> None:
+        set_rlimits(run.limits.limits)
+        applied = restrict_filesystem(readable, writable, reads_all=False)
+        if reach.strict and not applied.startswith("landlock abi"):
+            raise OSError(f"held-out files cannot be hidden: {applied}")
+        if reach.no_network:
+            applied = restrict_syscalls(processes=True)
+            if reach.strict and applied != "seccomp":
+                raise OSError(f"the network cannot be closed: {applied}")
+        drop_capabilities()  # no_new_privs (set above) keeps exec from granting them back
+
+    return confine
+
+
+def _watch(
+    run: RunContext,
+    process: subprocess.Popen[bytes],
+    folder: Path,
+    log: int,
+    copied: tuple[int, int],
+    started: float,
+) -> Stage:
+    """Wait for the process under the wall-clock limit and the disk quota, then read how it
+    ended; its whole process group is killed whatever happens."""
+    limits = run.limits
+    deadline, next_disk_check = started + limits.time_limit_s, started
+    try:
+        while (code := process.poll()) is None:
+            if run.cancel is not None and run.cancel.is_set():
+                raise runner.Cancelled
+            now = time.monotonic()
+            if now > deadline:
+                reason = f"exceeded the wall-clock limit of {limits.time_limit_s:g}s"
+                return Stage(RunStatus.TIMEOUT, reason, limits.time_limit_s)
+            if now >= next_disk_check:
+                next_disk_check = now + WATCH_INTERVAL_S
+                if over := _over_quota(folder, process.pid, copied, limits.limits):
+                    return Stage(RunStatus.CRASH, over, now - started)
+            time.sleep(0.1)
+    finally:
+        kill_group(process)
+    seconds = time.monotonic() - started
+    if code != 0:
+        status, reason = outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size)
+        return Stage(status, reason, seconds)
+    size = os.fstat(log).st_size
+    start = max(0, size - METRIC_TAIL_BYTES)
+    output = os.pread(log, size - start, start).decode("utf-8", errors="replace")
+    return Stage(RunStatus.OK, "", seconds, output)
+
+
+def _over_quota(folder: Path, pid: int, copied: tuple[int, int], quota: Limits) -> str:
+    """Why the run must stop for what it added to its copy of the project, or ""."""
+    try:
+        used, files = disk_usage(folder, pid, SCRATCH_DEPTH_MAX)
+    except OSError as exc:
+        return f"the scratch directory cannot be checked: {exc}"
+    added, new_files = used - copied[0], files - copied[1]
+    if added <= quota.disk_bytes and new_files <= quota.disk_files:
+        return ""
+    return (
+        f"disk quota exceeded: {added / 2**20:.0f} MiB in {new_files} files added to the copy "
+        f"of the project (limit {quota.disk_bytes / 2**20:g} MiB, {quota.disk_files} files)"
+    )
