@@ -21,8 +21,7 @@ from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
 from training.command_io import CommandError, MetricReader, check_placeholders
 from training.fixed_constants import fixed_names
-from training.held_out import held_out_files
-from training.sandbox import landlock_abi
+from training.held_out import hidden_from_training
 from training.target_info import BYTELM, SYNTHETIC, TargetInfo
 
 
@@ -73,20 +72,7 @@ def check_two_stage(target: TargetConfig, tiers: list[Tier]) -> None:
     if target.eval:
         tiers_dials = ((t.name, t.dials) for t in tiers)
         check_placeholders(target.eval, tiers_dials, "target.eval", ("train_dir",))
-    patterns = held_out_patterns(target)
-    if not patterns:
-        return
-    if not target.eval:
-        raise CommandError(
-            "target.held_out needs target.eval (--eval): held-out files are for an evaluation "
-            "command to read, and nothing else"
-        )
-    if landlock_abi() < 1:
-        raise CommandError(
-            "target.held_out: this kernel has no Landlock (Linux 5.13 or later, with landlock "
-            "among its LSMs), so held-out files cannot be hidden from the training command"
-        )
-    held_out_files(Path(target.project), patterns)
+    hidden_from_training(Path(target.project), held_out_patterns(target), bool(target.eval))
 
 
 def make_ladder(config: SwarmConfig) -> Ladder:

@@ -85,23 +85,22 @@ def run_stage(
     reach: Reach,
     given: Mapping[str, str],
     log_dir: Path | None,
-    two_stage: bool,
+    role: str = "",
 ) -> tuple[Stage, str]:
     """One process of the run in `folder`, with its log kept and the log's tail. `reach`: what
-    it may read and do; `given`: its own placeholders."""
-    evaluating = "train_dir" in given
+    it may read and do; `given`: its own placeholders; `role`: "" for the only stage, else
+    "training" or "evaluation" (the log's name and the tail's heading say which)."""
     # The log is read through this handle, never through its path, which the command may have
     # replaced (a link to a file of the trainer's, a FIFO that blocks).
     log = os.open(folder / LOG_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         stage = _execute(run, command, folder, log, reach, given)
         if log_dir is not None:
-            name = run.spec.run_id + (EVAL_SUFFIX if evaluating else "")
+            name = run.spec.run_id + (EVAL_SUFFIX if role == "evaluation" else "")
             keep_log(log, log_dir / f"{name}.log")
-        if not two_stage:
+        if not role:
             return stage, fd_tail(log)
-        heading = "--- evaluation ---" if evaluating else "--- training ---"
-        return stage, f"{heading}\n{fd_tail(log, LOG_TAIL_CHARS // 2)}"
+        return stage, f"--- {role} ---\n{fd_tail(log, LOG_TAIL_CHARS // 2)}"
     finally:
         os.close(log)
 
@@ -198,10 +197,7 @@ def _watch(
     if code != 0:
         status, reason = outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size)
         return Stage(status, reason, seconds)
-    size = os.fstat(log).st_size
-    start = max(0, size - METRIC_TAIL_BYTES)
-    output = os.pread(log, size - start, start).decode("utf-8", errors="replace")
-    return Stage(RunStatus.OK, "", seconds, output)
+    return Stage(RunStatus.OK, "", seconds, fd_tail(log, METRIC_TAIL_BYTES))
 
 
 def _over_quota(folder: Path, pid: int, copied: tuple[int, int], quota: Limits) -> str:

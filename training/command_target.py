@@ -42,10 +42,9 @@ from training.command_stage import (
     Stage,
     run_stage,
 )
-from training.held_out import held_out_files
+from training.held_out import hidden_from_training
 from training.patching import PatchRefused, apply
 from training.process_outcome import remove_tree, result_fields
-from training.sandbox import landlock_abi
 
 COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules", LOG_NAME)
 
@@ -87,7 +86,7 @@ class CommandTarget:
             return RunResult(**base, status=RunStatus.REFUSED, reason=why)
         try:
             patched = apply(source, spec.patch, self.editable) if spec.patch else source
-            held_out = self._held_out()
+            held_out = hidden_from_training(self.project, self.held_out, bool(self.eval_command))
         except PatchRefused as exc:
             return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
         except CommandError as exc:
@@ -108,14 +107,15 @@ class CommandTarget:
             remove_tree(checked)
             self._copy(work, trains.hidden)
             (work / self.editable).write_text(patched)
-            training, tail = run_stage(run, self.command, work, trains, {}, log_dir, two_stage)
+            role = "training" if two_stage else ""
+            training, tail = run_stage(run, self.command, work, trains, {}, log_dir, role)
             if two_stage and training.status is RunStatus.OK:
                 drop_links_out(work)
                 self._copy(checked, swarm_own)
                 given = {"train_dir": str(work)}
                 evaluates = Reach(swarm_own, (work,), strict, no_network=False)
                 evaluation, checked_tail = run_stage(
-                    run, self.eval_command, checked, evaluates, given, log_dir, two_stage
+                    run, self.eval_command, checked, evaluates, given, log_dir, "evaluation"
                 )
                 tail = f"{tail}\n{checked_tail}"
         finally:
@@ -131,19 +131,6 @@ class CommandTarget:
             eval_seconds=round(evaluation.seconds, 3) if evaluation else 0.0,
             log_tail=tail,
         )
-
-    def _held_out(self) -> tuple[Path, ...]:
-        """The real paths of the held-out files (none for a one-stage target)."""
-        if not self.held_out:
-            return ()
-        if not self.eval_command:
-            raise CommandError("target.held_out needs target.eval: only an evaluation reads them")
-        if landlock_abi() < 1:
-            raise CommandError(
-                "target.held_out: this kernel has no Landlock (Linux 5.13 or later, with "
-                "landlock among its LSMs), so the held-out files cannot be hidden from training"
-            )
-        return held_out_files(self.project, self.held_out)
 
     def _copy(self, to: Path, left_out: tuple[Path, ...]) -> None:
         """The project into `to`, without caches, environments, the swarm's own folders inside

@@ -19,8 +19,30 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from training.command_io import CommandError
+from training.sandbox import landlock_abi
 
 MAX_RULES = 20_000  # paths granted: a folder on the way with more entries is a mistake to stop
+
+
+def hidden_from_training(
+    project: Path, patterns: Iterable[str], evaluates: bool
+) -> tuple[Path, ...]:
+    """The real paths of the held-out files, checked as `swarm start` and every run check
+    them: they need an evaluation to read them and Landlock to hide them (no silent downgrade)."""
+    patterns = tuple(patterns)
+    if not patterns:
+        return ()
+    if not evaluates:
+        raise CommandError(
+            "target.held_out needs target.eval (--eval): held-out files are for an evaluation "
+            "command to read, and nothing else"
+        )
+    if landlock_abi() < 1:
+        raise CommandError(
+            "target.held_out: this kernel has no Landlock (Linux 5.13 or later, with landlock "
+            "among its LSMs), so held-out files cannot be hidden from the training command"
+        )
+    return held_out_files(project, patterns)
 
 
 def held_out_files(project: Path, patterns: Iterable[str]) -> tuple[Path, ...]:
