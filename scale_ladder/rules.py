@@ -23,6 +23,11 @@ comparison there is one number repeated, so `decide` answers HELD (`SEED_IGNORED
 verdict, whatever the idea's runs say; the ladder holds the tier until a seed gives a different
 metric. An idea whose own metrics are equal across seeds while the baseline's vary is rejected.
 
+A tier may be declared deterministic (`deterministic = true`: its metric does not depend on the
+seed by design, as in a simulator or a benchmark whose top fidelity has no noise). It runs each
+recipe once and promotes on the minimum improvement alone (and the rank gate). Never inferred:
+see `seed_ignored` above.
+
 Racing (SMAC's intensifier, with our paired gate): once the tier has a pooled σ_d (Evidence's
 `pooled_sigma`, from other ideas' pairs), one seed can settle a verdict, and an open idea doubles
 its seeds (1 → 2 → 4 …) only while it could still clear the gate at `max_seeds`: it is rejected
@@ -64,6 +69,11 @@ class PromotionRule:
     # The first tier does it (tiers.py): an idea pins its seed at every tier, and the first is
     # the cheapest place to catch it (a red team stacked 11 of 40 such ideas without it).
     confirm_wins: bool = True
+    # The metric does not depend on the seed by design (a simulator, a deterministic benchmark,
+    # a fixed evaluation of a fixed checkpoint): one run per recipe, no noise gate, and a gain of
+    # min_improvement decides. Declared by a person, never inferred: a run that ignores the seed
+    # it was given looks exactly like this, and without the declaration it holds the tier.
+    deterministic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +170,8 @@ def seed_ignored_reason(seeds: Sequence[int], metric: float, tier: int | None = 
         f"{SEED_IGNORED}: the champion's metric is identical ({metric!r}) on seeds "
         f"{list(seeds)}{at}: the run ignores its seed; pass SWARM_SEED / {{seed}} to the "
         "training command (and start afresh: the runs so far all used one seed). Ideas at this "
-        "tier wait undecided until a seed gives another metric."
+        "tier wait undecided until a seed gives another metric. If the metric does not depend "
+        "on the seed by design, declare the tier `deterministic = true` in the ladder file."
     )
 
 
@@ -171,6 +182,8 @@ def least_seeds(rule: PromotionRule, pooled: float | None) -> int:
 
 
 def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
+    if rule.deterministic:
+        return _decide_deterministic(rule, evidence)
     gains = paired_gains(evidence)
     n = len(gains)
     held = seed_ignored(evidence.baseline)
@@ -226,6 +239,21 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return _more(rule, wanted, n, delta, sigma, f"racing, still open: {numbers}")
     wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, sigma, delta, needed)))
     return _more(rule, wanted, n, delta, sigma, f"inconclusive: {numbers}")
+
+
+def _decide_deterministic(rule: PromotionRule, evidence: Evidence) -> Outcome:
+    """A tier declared deterministic: the one pair is the exact difference, so the minimum
+    improvement is the only gate (and the rank gate, as at any tier)."""
+    gains = paired_gains(evidence)
+    if not gains:
+        return _more(rule, 1, 0, None, None, "0 of 1 paired seeds in")
+    delta, n = statistics.fmean(gains), len(gains)
+    paired = set(evidence.idea) & set(evidence.baseline)
+    needed = rule.min_improvement * abs(statistics.fmean(evidence.baseline[s] for s in paired))
+    numbers = f"gain {delta:.4g} (n={n}, deterministic tier), minimum {needed:.4g}"
+    if delta > 0 and delta >= needed:
+        return _rank_gate(rule, evidence, delta, 0.0, n, numbers)
+    return Outcome(Verdict.REJECT, f"below the minimum: {numbers}", delta, 0.0, n)
 
 
 def _rank_gate(

@@ -110,7 +110,7 @@ _RULE_FIELDS: dict[str, type] = {
     "cold_start": int,
     "max_seeds": int,
 }
-_OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int}
+_OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int, "deterministic": bool}
 _COMMAND_FIELDS: dict[str, type] = {"budget_kind": str, "dials": dict}
 
 
@@ -183,6 +183,19 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
             known = ", ".join([*_FIELDS, *own, *_RULE_FIELDS, *_OPTIONAL_FIELDS])
             raise LadderConfigError(f"{where}: unknown key {key}; known: {known}")
     required = _FIELDS if command else {"name": str, **_BYTELM_FIELDS, **_FIELDS}
+    deterministic = raw.get("deterministic", False)
+    if not isinstance(deterministic, bool):
+        raise LadderConfigError(
+            f"{where}.deterministic must be true or false, got {deterministic!r}"
+        )
+    if deterministic:  # one run per recipe: another seed would give the same number again
+        for key in ("seeds", "max_seeds"):
+            if raw.get(key, 1) != 1:
+                raise LadderConfigError(
+                    f"{where}: a deterministic tier runs each recipe once: {key} must be 1 "
+                    f"(or left out), got {raw[key]!r}"
+                )
+        raw = {**raw, "seeds": 1}
     values: dict[str, Any] = {}
     for key, kind in required.items():
         if key not in raw:
@@ -193,8 +206,15 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
         for key, kind in _RULE_FIELDS.items()
         if key in raw
     }
+    if deterministic:
+        rule_values["max_seeds"] = 1
     # Only the first tier confirms a one-seed win on a second seed (rules.PromotionRule).
-    rule = PromotionRule(seeds=values["seeds"], confirm_wins=index == 0, **rule_values)
+    rule = PromotionRule(
+        seeds=values["seeds"],
+        confirm_wins=index == 0 and not deterministic,
+        deterministic=deterministic,
+        **rule_values,
+    )
     if "max_concurrent" in raw:
         values["max_concurrent"] = _value(where, "max_concurrent", int, raw["max_concurrent"], True)
     if rule.max_seeds < rule.seeds:

@@ -124,6 +124,10 @@ class HartmannProblem:
     """MF-Hartmann-3 or -6 with one of the package's presets; params X0, X1, ... on [0, 1]."""
 
     rung_costs: tuple[float, ...] = (1.0, 3.0, 9.0)
+    # the top fidelity has no noise (the package's definition): declared as such to the swarm
+    deterministic_rungs: tuple[int, ...] = tuple(
+        rung for rung, z in enumerate(FIDELITIES) if z == Z_MAX
+    )
 
     def __init__(self, dims: int = 6, preset: str = "good") -> None:
         if dims not in _A:

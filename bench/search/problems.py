@@ -84,6 +84,7 @@ class SyntheticProblem:
 
     params: tuple[Param, ...] = SYNTHETIC_PARAMS
     rung_costs: tuple[float, ...] = (1.0, 3.0, 9.0)
+    deterministic_rungs: tuple[int, ...] = ()  # noise at every rung
 
     def __init__(self, correlation: float = 0.7, noise: float = 1.0) -> None:
         self.correlation = correlation
@@ -190,6 +191,7 @@ class LcdbProblem:
         self.params: tuple[Param, ...] = (Param("LEARNER", choices=learners),)
         self.default: Config = {"LEARNER": _LOGREG}
         self.rung_costs = tuple(s / self.anchors[0] for s in self.anchors)
+        self.deterministic_rungs: tuple[int, ...] = ()  # a seed picks one of the replicates
         self._runs = {
             (learner, rung): runs.get((learner, size), [])
             for learner in learners

@@ -36,6 +36,9 @@ class Problem(Protocol):
     params: tuple[Param, ...]
     default: Config  # the starting recipe's values: the swarm's first champion
     rung_costs: tuple[float, ...]  # compute of one evaluation at each fidelity, ascending
+    # rungs whose loss does not depend on the seed (no noise there): a user of the swarm would
+    # declare those tiers `deterministic = true`, and the swarm's method does
+    deterministic_rungs: tuple[int, ...]
 
     def evaluate(self, config: Config, rung: int, seed: int) -> float:
         """The observed loss (lower is better) of one run; the same inputs give the same value."""

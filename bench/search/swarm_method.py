@@ -96,6 +96,16 @@ def ladder_tiers(rule: Mapping[str, float] | None = None) -> list[Tier]:
     return [replace(t, rule=_with(t.rule, rule)) for t in tiers]
 
 
+def deterministic(tiers: Sequence[Tier], rungs: Iterable[int]) -> list[Tier]:
+    """The tiers with `rungs` declared `deterministic = true`, as a user would write it in the
+    ladder file for a metric that does not depend on the seed (scale_ladder/tiers.py)."""
+    out = list(tiers)
+    for rung in rungs:
+        rule = replace(out[rung].rule, deterministic=True, seeds=1, max_seeds=1, confirm_wins=False)
+        out[rung] = replace(out[rung], seeds=1, rule=rule)
+    return out
+
+
 def _with(rule: PromotionRule, changes: Mapping[str, float]) -> PromotionRule:
     whole = ("cold_start", "seeds", "max_seeds")
     fields = {k: (int(v) if k in whole else v) for k, v in changes.items()}
@@ -116,7 +126,7 @@ class SwarmMethod:
     ) -> None:
         self.name = name
         self.problem = problem
-        tiers = list(tiers or ladder_tiers())
+        tiers = deterministic(list(tiers or ladder_tiers()), problem.deterministic_rungs)
         if len(tiers) != len(problem.rung_costs):
             raise ValueError(
                 f"the ladder has {len(tiers)} tiers and {problem.name} {len(problem.rung_costs)} "
