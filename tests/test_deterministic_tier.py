@@ -65,9 +65,7 @@ def test_a_seed_free_top_tier_declared_deterministic_stacks_a_real_gain(tmp_path
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-tiny", "WD = 0.1->WD = 0.1001")  # a real but negligible change
     sim.run_all()
-    top = [
-        s for s in sim.log if isinstance(s, RunSpec) and s.tier == 1 and s.champion_version == 1
-    ]
+    top = [s for s in sim.log if isinstance(s, RunSpec) and s.tier == 1 and s.champion_version == 1]
     assert sorted((s.idea_id, s.seed) for s in top) == [("", 1000), ("idea-good", 1000)]
     (promote,) = [d for d in decisions(sim, "idea-good") if d.tier == 1]
     assert promote.verdict is Verdict.PROMOTE and promote.n == 1
