@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 
+from bus.untrusted import for_terminal
 from ledger.sql_protocol import SqlError
 from swarm.sql_client import LedgerUnavailable, ask_ledger
 
@@ -31,17 +32,11 @@ async def broken_champion(nc: Client, timeout_s: float) -> str:
     if len(rows) < FAILED_RUNS or any(row["status"] == "OK" for row in rows):
         return ""
     last = rows[-1]
-    tail = printable(str(last["log_tail"] or "").rstrip()[-TAIL_CHARS:])
+    tail = for_terminal(str(last["log_tail"] or "").rstrip()[-TAIL_CHARS:])
     shown = f"\n--- the end of its log ---\n{tail}" if tail else ""
     return (
         f"the champion's own runs at tier 0 all failed ({len(rows)} of {len(rows)}): every idea "
         f"would be judged against nothing. The last one: {last['status']}: "
-        f"{printable(str(last['reason']))}{shown}\nTry it by hand (`swarm run --tier 0`), fix "
+        f"{for_terminal(str(last['reason']))}{shown}\nTry it by hand (`swarm run --tier 0`), fix "
         "the command or the config, and start again."
     )
-
-
-def printable(text: str) -> str:
-    """An experiment wrote it: control characters (escape sequences that would redraw the
-    terminal) are shown as `?`."""
-    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)

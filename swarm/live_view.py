@@ -26,6 +26,7 @@ from agents.brain import Persona
 from agents.brain_groups import LLM_BRAINS, MODEL_BRAINS
 from agents.researcher import FINAL
 from bus.subjects import JOBS_STREAM, trainer_consumer_name
+from bus.untrusted import for_terminal
 from ledger.sql_protocol import SqlError
 from swarm.sql_client import Answer, LedgerUnavailable, ask_ledger
 
@@ -311,9 +312,9 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
         totals += f" · LLM ${s.llm_usd:.4f} in {s.llm_calls} calls"
     parts: list[RenderableType] = [header, Text(totals, style="dim")]
     if s.error:
-        parts.append(Text(s.error, style="bold red"))
+        parts.append(Text(for_terminal(s.error), style="bold red"))
 
-    notes = [Text(line, style="yellow") for line in s.notes()]
+    notes = [Text(for_terminal(line), style="yellow") for line in s.notes()]
     agents = _table("researchers", "agent", "brain", "persona", "in play", "last", "ago")
     for a in s.agents:
         *rest, persona = a.name.split("-")
@@ -324,7 +325,7 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
         ago = _duration(s.taken_at - a.last_at) if a.last_at is not None else ""
         last = a.last_proposed or a.last_action
         agents.add_row(
-            a.name,
+            _plain(a.name),
             brain,
             persona if persona in PERSONAS else "",
             str(a.in_play),
@@ -338,7 +339,8 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
 
     experiments = _table("experiments", "tier", "idea", "seed", "progress")
     for e in s.experiments:
-        experiments.add_row(str(e.tier), e.idea_id or "baseline", str(e.seed), _progress(e))
+        idea = _plain(e.idea_id or "baseline")
+        experiments.add_row(str(e.tier), idea, str(e.seed), _progress(e))
 
     better = "lower" if s.lower_is_better else "higher"
     title = f"leaderboard (latest champion per tier, {better} is better)"
@@ -346,13 +348,14 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
     board.min_width = len(title)  # a board of short rows would wrap its title otherwise
     for b in s.leaderboard:
         metric = f"{b.mean_metric:.4f}"
-        first = (str(b.tier), str(b.champion_version), b.idea_id, b.author)
+        first = (str(b.tier), str(b.champion_version), _plain(b.idea_id), _plain(b.author))
         board.add_row(*first, _cut(b.hypothesis), metric, str(b.n_runs))
 
     champions = _table("champion history", "v", "kind", "idea", "author", "hypothesis", "ago")
     for c in s.champions:
         ago = _duration(s.taken_at - c.created_at)
-        champions.add_row(str(c.version), c.kind, c.idea_id, c.author, _cut(c.hypothesis), ago)
+        who = (_plain(c.idea_id), _plain(c.author))
+        champions.add_row(str(c.version), c.kind, *who, _cut(c.hypothesis), ago)
 
     middle = Table.grid(padding=(0, 2))
     middle.add_row(queues, experiments)
@@ -407,7 +410,13 @@ def _who(names: list[str]) -> str:
 
 
 def _cut(text: str) -> Text:
-    return Text(text, no_wrap=True, overflow="ellipsis")
+    return Text(for_terminal(text, newlines=False), no_wrap=True, overflow="ellipsis")
+
+
+def _plain(text: str) -> Text:
+    """A researcher's name, an idea id: shown as written, never read as rich markup (an agent
+    named `[/]` stopped `swarm start`) nor as terminal escapes (bus/untrusted.py)."""
+    return Text(for_terminal(text, newlines=False))
 
 
 def _progress(e: Experiment) -> str:

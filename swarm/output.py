@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bus.untrusted import for_terminal
+
 MAX_CELL_CHARS = 60
 
 
@@ -23,7 +25,7 @@ def _cell_text(value: Any) -> str:
         return f"{value:.6g}" if math.isfinite(value) else str(value)
     if isinstance(value, datetime.datetime):
         return value.isoformat(sep=" ", timespec="seconds")
-    text = str(value).replace("\n", "\\n")
+    text = for_terminal(str(value), newlines=False)  # a cell may hold an experiment's text
     return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
 
 

@@ -14,6 +14,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from bus.nats_bus import connect
 from bus.subjects import LADDER_CONTROL_SUBJECT
+from bus.untrusted import for_terminal
 from swarm.config import SwarmConfig
 from swarm.ledger_process import SwarmNotRunning
 from swarm.output import FORMATS
@@ -96,7 +97,8 @@ async def champion_diff(
     text = "".join(
         difflib.unified_diff(older.splitlines(True), newer.splitlines(True), f"v{old}", f"v{new}")
     )
-    return text or f"v{old} and v{new} are the same recipe"
+    # A researcher wrote these lines: escapes are shown, never sent to the terminal.
+    return for_terminal(text) if text else f"v{old} and v{new} are the same recipe"
 
 
 async def champion_export(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
+from bus.untrusted import for_terminal
 from scale_ladder.tiers import Tier, load_tiers
-from swarm.champion_health import printable
 from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
@@ -109,10 +109,10 @@ def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
         "run_id": result.run_id,
     }
     if result.reason:
-        lines["reason"] = result.reason
+        lines["reason"] = for_terminal(result.reason, newlines=False)
     text = "\n".join(f"{key}: {value}" for key, value in lines.items())
     if result.status != RunStatus.OK and result.log_tail:
-        text += f"\n--- the end of its log ---\n{printable(result.log_tail.rstrip())}"
+        text += f"\n--- the end of its log ---\n{for_terminal(result.log_tail.rstrip())}"
     return text
 
 
