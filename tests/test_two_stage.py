@@ -293,3 +293,34 @@ def test_no_stage_reads_the_workspace_or_reaches_the_network(tmp_path: Path) -> 
     with pytest.raises(TimeoutError):
         listener.recv(16)
     listener.close()
+
+
+def test_a_command_makes_no_namespace_and_sets_no_other_process_s_limits(tmp_path: Path) -> None:
+    """A command target may fork and exec, but not `unshare` (a user namespace holds every
+    capability) nor `prlimit` another process (a red team killed one with a 1 s CPU limit)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        (project / "train.py").write_text(
+            "import subprocess\n"
+            "for cmd in (['unshare', '--user', 'true'],\n"
+            f"            ['prlimit', '--pid', '{outside.pid}', '--cpu=1:1']):\n"
+            "    done = subprocess.run(cmd, capture_output=True, text=True)\n"
+            "    print(cmd[0], done.returncode, done.stderr.strip())\n"
+            "print('val_loss: 1.0')\n"
+        )
+        reader = MetricReader("val_loss")
+        one = CommandTarget(project, "train.py", "python train.py", reader, skip=(tmp_path / "ws",))
+        result = run(one, tmp_path / "ws")
+        assert result.status == RunStatus.OK, result.reason
+        lines = result.log_tail.splitlines()
+        assert any(line.startswith("unshare 1 ") for line in lines), result.log_tail
+        assert any(line.startswith("prlimit 1 ") for line in lines), result.log_tail
+        assert "Operation not permitted" in result.log_tail
+        limits = Path(f"/proc/{outside.pid}/limits").read_text()
+        assert "Max cpu time              unlimited" in limits
+        assert outside.poll() is None  # still running
+    finally:
+        outside.kill()
+        outside.wait()

@@ -128,6 +128,28 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.CRASH,
         "Operation not permitted",
     ),
+    # A user namespace would give the experiment every capability inside it (issue 16).
+    "unshare": (
+        inject(
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "if libc.unshare(0x10000000) != 0:\n"
+            "    raise PermissionError(os.strerror(ctypes.get_errno()))"
+        ),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    # Reading another process's limits (setting them killed a process outside in issue 16).
+    "prlimit-another-process": (
+        inject("import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_CORE)"),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    # A pathname Unix socket reaches any local service as the trainer's user.
+    "unix-socket": (
+        inject("import socket\nsocket.socket(socket.AF_UNIX)"),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
     "disk-fill": (
         inject(
             "chunk = bytes(2**24)\ni = 0\nwhile True:\n"

@@ -6,8 +6,9 @@ Applied in the experiment's own process, before any recipe code is imported:
   paths; it may write only its scratch directory; TCP bind/connect are denied (no bus, no
   network); it cannot signal processes outside itself.
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
-  sockets but Unix ones (Landlock only covers TCP), no memfd (memory outside the address-space
-  limit), no io_uring (it would bypass these checks), and no syscall of another ABI (i386 or x32).
+  socket at all (Landlock only covers TCP), no memfd (memory outside the address-space limit),
+  no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
+  process, and no syscall of another ABI (i386 or x32).
 - capabilities: all dropped, so an experiment run by root cannot raise its rlimits.
 - rlimits (set between fork and exec by the runner): address space, file size, open files,
   processes. The scratch directory's total size is the runner's to watch (`Limits.disk_bytes`).
@@ -228,43 +229,61 @@ class _Abi:
     clone3: int
     socket: int
     x32: bool  # x86_64: syscall numbers with bit 30 set are the x32 ABI, same arch id
+    namespaces: tuple[int, ...] = ()  # unshare, setns: denied in every mode
+    prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
 
 
 _ABIS = {
-    "x86_64": _Abi(0xC000003E, (57, 58, 59, 322, 319, 425), 56, 435, 41, x32=True),
-    "aarch64": _Abi(0xC00000B7, (221, 281, 279, 425), 220, 435, 198, x32=False),
+    "x86_64": _Abi(0xC000003E, (57, 58, 59, 322, 319, 425), 56, 435, 41, True, (272, 308), 302),
+    "aarch64": _Abi(0xC00000B7, (221, 281, 279, 425), 220, 435, 198, False, (97, 268), 261),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a new namespace of any kind
+# (a user namespace grants every capability inside it, and a new network one, its own stack)
+_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
+_CLONE_NAMESPACES |= 0x20000000 | 0x40000000
 
 
 def restrict_syscalls(processes: bool = False) -> str:
-    """Deny fork/vfork/exec and non-thread clone, non-Unix sockets, memfd and io_uring to this
-    process and its threads, and every syscall made through another ABI: on x86_64, `int 0x80`
-    reaches the i386 table (where fork is 2), which a filter on x86_64 numbers alone lets by.
-    `processes`: allow fork, exec and memfd (a command target runs a shell and its toolchain),
-    deny the rest: Landlock bars TCP only, so without this a UDP packet leaves the machine."""
+    """Deny fork/vfork/exec and non-thread clone, sockets, memfd and io_uring to this process and
+    its threads, and every syscall made through another ABI: on x86_64, `int 0x80` reaches the
+    i386 table (where fork is 2), which a filter on x86_64 numbers alone lets by.
+    `processes`: allow fork, exec, memfd and Unix sockets (a command target runs a shell and its
+    toolchain), deny the rest: Landlock bars TCP only, so without this a UDP packet leaves the
+    machine. In both: no new namespace (unshare, setns, clone with CLONE_NEW*: a user namespace
+    would give the experiment every capability inside it) and no rlimit on another process
+    (prlimit64 with a pid: a red team set the CPU limit of a process outside to 1 s and it
+    died)."""
     abi = _ABIS.get(platform.machine())
     if abi is None:
         return "seccomp unavailable"
-    if processes:
-        abi = _Abi(abi.arch, abi.denied[-1:], -1, abi.clone3, abi.socket, abi.x32)
     deny, enosys, allow = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000  # ERRNO(EPERM), (ENOSYS)
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ/JGE/JSET|K
     nr, arch, arg0 = 0, 4, 16  # offsets in struct seccomp_data (arg0: its low half)
     prog = [(ld, 0, 0, arch), (jeq, 1, 0, abi.arch), (ret, 0, 0, deny), (ld, 0, 0, nr)]
     if abi.x32:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
-    for number in abi.denied:
+    denied = abi.denied[-1:] if processes else abi.denied
+    for number in (*denied, *abi.namespaces):
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
     # falls back to clone, whose flags it can check.
-    if abi.clone >= 0:
-        prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
-    prog += [(jeq, 0, 4, abi.socket), (ld, 0, 0, arg0), (jeq, 0, 1, _AF_UNIX)]
+    prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
+    # clone: never a new namespace; without `processes`, only a thread.
+    thread = [(jset, 1, 0, _CLONE_THREAD), (ret, 0, 0, deny)] if not processes else []
+    prog += [(jeq, 0, 4 + len(thread), abi.clone), (ld, 0, 0, arg0)]
+    prog += [(jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny), *thread, (ret, 0, 0, allow)]
+    prog += [(ld, 0, 0, nr)]
+    # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
+    prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    if abi.clone >= 0:
-        prog += [(jeq, 0, 3, abi.clone), (ld, 0, 0, arg0), (jset, 1, 0, _CLONE_THREAD)]
-        prog += [(ret, 0, 0, deny)]
+    # socket: none at all for an experiment of ours (it talks to the runner over pipes it was
+    # given); Unix ones only for a command's toolchain.
+    if processes:
+        prog += [(jeq, 0, 4, abi.socket), (ld, 0, 0, arg0), (jeq, 0, 1, _AF_UNIX)]
+        prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    else:
+        prog += [(jeq, 0, 1, abi.socket), (ret, 0, 0, deny)]
     prog += [(ret, 0, 0, allow)]
     raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buffer = ctypes.create_string_buffer(raw)
