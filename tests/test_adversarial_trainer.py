@@ -70,8 +70,9 @@ for path in {[str(p) for p in outside]!r}:
         print("DENIED", path, exc)
 """
     found.append(Case("write-outside-trainer", tiny_spec(inject(writes), seed=7), RunStatus.OK, ""))
-    swap = f"import os\nos.unlink('experiment.log')\nos.symlink({str(secret)!r}, 'experiment.log')"
-    found.append(Case("log-swapped", tiny_spec(inject(swap), seed=7), RunStatus.OK, ""))
+    rewrite = "import os\ntry:\n    os.ftruncate(1, 0)\nexcept OSError:\n    pass\n"
+    rewrite += "print('status: OK')"
+    found.append(Case("log-rewritten", tiny_spec(inject(rewrite), seed=7), RunStatus.OK, ""))
     found.append(Case("champion-again", tiny_spec(seed=7), RunStatus.OK, ""))
     # Hangs get 2 s, not the tier's 60.
     return [

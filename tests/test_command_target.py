@@ -141,18 +141,24 @@ def test_swarm_run_prints_a_greppable_summary(tmp_path: Path) -> None:
 SMALL_DISK = Limits(file_size_bytes=4 * 2**20, disk_bytes=8 * 2**20, disk_files=50)
 
 
-@pytest.mark.parametrize("swap", ["ln -s {secret} .swarm-run.log", "mkfifo .swarm-run.log"])
-def test_the_log_is_read_through_the_runners_own_handle(project: Path, swap: str) -> None:
-    """A command that swaps its log for a link to a file of the trainer's (which would be
-    published, and its fake metric taken) or a FIFO (which would block the reader) changes
-    nothing: what it printed is still what is read."""
-    secret = project.parent / "trainer-secret.txt"
-    secret.write_text("TRAINER-SECRET\nval_loss: 0.0001\n")
-    swapped = swap.format(secret=secret)
-    command = f"rm .swarm-run.log && {swapped} && echo swapped && echo 'val_loss: 1'"
-    result = run(project, command, limit=10)
+def test_a_command_cannot_rewrite_what_it_printed(project: Path) -> None:
+    """Its output goes through a pipe into a log beside its folder, unlinked: truncating or
+    seeking its stdout fails, and no file in reach is the log."""
+    rewrite = (
+        "import glob, os\n"
+        "print('printed first', flush=True)\n"
+        "for how in (lambda: os.ftruncate(1, 0), lambda: os.lseek(1, 0, 0)):\n"
+        "    try:\n        how(); print('REWROTE', flush=True)\n"
+        "    except OSError as exc:\n        print('refused', exc.errno, flush=True)\n"
+        "print('logs in reach:', glob.glob('**/*.log', recursive=True) + glob.glob('../*'))\n"
+        "print('val_loss: 1')\n"
+    )
+    (project / "rewrite.py").write_text(rewrite)
+    result = run(project, "python3 rewrite.py", limit=10)
     assert result.status == RunStatus.OK and result.metric == 1.0, (result.reason, result.log_tail)
-    assert "swapped" in result.log_tail and "TRAINER-SECRET" not in result.log_tail
+    assert "REWROTE" not in result.log_tail and result.log_tail.count("refused") == 2
+    assert result.log_tail.index("printed first") < result.log_tail.index("refused")
+    assert "logs in reach: []" in result.log_tail, result.log_tail
     assert list((project.parent / "s").iterdir()) == []
 
 

@@ -3,6 +3,9 @@ and nothing the recipe does changes how its metric is computed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from tests.training_helpers import (
     tiny_spec,
 )
 from training.corpus import Corpus
+from training.log_pipe import output_pipe, private_log
 from training.runner import RunLimits, run_bytelm
 from training.sandbox import Limits
 
@@ -260,24 +264,69 @@ for line in open("/proc/self/status"):
     assert "seccomp, no capabilities" in result.log_tail
 
 
-@pytest.mark.parametrize(
-    "swap", ["os.symlink(SECRET, 'experiment.log')", "os.mkfifo('experiment.log')"]
-)
-def test_the_log_is_read_through_the_runners_own_handle(
-    corpus: Corpus, tmp_path: Path, baseline: float, swap: str
+REWRITE = """import os
+print('printed first', flush=True)
+for name, how in (('truncate', lambda: os.ftruncate(1, 0)), ('seek', lambda: os.lseek(1, 0, 0))):
+    try:
+        how()
+        print('REWROTE', name, flush=True)
+    except OSError as exc:
+        print('refused', name, exc.errno, flush=True)
+for name in ('experiment.log', '../experiment.log'):
+    try:
+        open(name, 'r+').truncate(0)
+        print('REWROTE', name, flush=True)
+    except OSError as exc:
+        print('refused', name, exc.errno, flush=True)
+"""
+
+
+def test_an_experiment_cannot_rewrite_what_it_printed(
+    corpus: Corpus, tmp_path: Path, baseline: float
 ) -> None:
-    """An experiment that swaps its log for a link to a trainer's secret (the runner would
-    publish it) or a FIFO (the runner would block opening it) changes nothing."""
-    secret = tmp_path / "trainer-secret.txt"
-    secret.write_text("TRAINER-SECRET")
-    code = f"import os\nSECRET = {str(secret)!r}\nos.unlink('experiment.log')\n{swap}\n"
-    code += "print('swapped')"
-    result = run(corpus, tmp_path / "scratch", inject(code), log_dir=tmp_path / "logs", seed=7)
+    """A red team truncated its log through its stdout and wrote a fake report over the
+    `sandbox:` line. Now stdout is a pipe the runner copies into a log the experiment has no
+    handle on and no path to: what was printed stays, in order."""
+    result = run(corpus, tmp_path / "scratch", inject(REWRITE), log_dir=tmp_path / "logs", seed=7)
     assert result.status == RunStatus.OK, (result.reason, result.log_tail)
     assert result.metric == baseline
     kept = (tmp_path / "logs" / f"{result.run_id}.log").read_text()
     for log in (result.log_tail, kept):
-        assert "swapped" in log and "TRAINER-SECRET" not in log
+        assert "REWROTE" not in log and log.count("refused") == 4, log
+        assert log.index("sandbox: landlock") < log.index("printed first")
+    assert kept.startswith("sandbox: "), kept[:200]
+
+
+def test_a_flood_of_output_is_cut_and_its_end_kept(corpus: Corpus, tmp_path: Path) -> None:
+    """Output past the file-size limit is not kept (it would fill the trainer's disk), but the
+    end of it is, where the reason for a crash is."""
+    flood = "import sys\nfor i in range(300_000):\n    sys.stdout.write(f'{i}' + 'x' * 40 + '\\n')"
+    small = replace(TINY_LIMITS, limits=replace(TINY_LIMITS.limits, file_size_bytes=2**20))
+    result = run(corpus, tmp_path / "scratch", inject(flood + "\n1 / 0"), limits=small, seed=7)
+    assert result.status == RunStatus.CRASH, (result.reason, result.log_tail)
+    assert "ZeroDivisionError" in result.reason
+    assert f"299999{'x' * 40}" in result.log_tail
+
+
+def test_the_output_pipe_keeps_the_head_a_note_and_the_tail(tmp_path: Path) -> None:
+    log = private_log(tmp_path, "run")
+    assert list(tmp_path.iterdir()) == []  # unlinked at once: no path leads to it
+    lines = [f"{i:07d}\n".encode() for i in range(400_000)]  # 3.2 MB through a 64 KiB pipe
+    with output_pipe(log, cap=2**20) as output:
+        writer = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"],
+            stdin=subprocess.PIPE,
+            stdout=output.write,
+        )
+        output.handed_over()
+        writer.communicate(b"".join(lines))
+    size = os.fstat(log).st_size
+    text = os.pread(log, size, 0).decode()
+    os.close(log)
+    head, note, tail = text[: 2**20], text[2**20 :].split("\n", 2)[1], text[2**20 :]
+    assert head == b"".join(lines).decode()[: 2**20]
+    assert note.startswith("[swarm: ") and "were not kept" in note, note
+    assert tail.endswith("0399999\n") and len(tail) < 2**20 + 4 * 2**20 + 200
 
 
 # An absolute run id is tried on the test's own directory, never on "/" (see

@@ -186,10 +186,12 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.CRASH,
         "file size limit exceeded",
     ),
+    # Output goes through a pipe; past the file-size limit only its end is kept, so endless
+    # output costs the experiment its own time and the trainer no disk.
     "log-spam": (
         inject("line = 'x' * 65536\nwhile True:\n    print(line)"),
-        RunStatus.CRASH,
-        "file size limit exceeded",
+        RunStatus.TIMEOUT,
+        "wall-clock limit",
     ),
     "udp": (
         inject(

@@ -22,6 +22,7 @@ from training import runner
 from training.command_io import METRIC_TAIL_BYTES, CommandError, environment, render
 from training.experiment_session import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S
 from training.held_out import readable_except
+from training.log_pipe import output_pipe, private_log
 from training.process_outcome import (
     LOG_TAIL_CHARS,
     disk_usage,
@@ -39,7 +40,6 @@ from training.sandbox import (
     set_rlimits,
 )
 
-LOG_NAME = ".swarm-run.log"  # a stage's output, in its copy of the project
 # The interpreter swarm runs on, not resolved: a virtual environment's python is a link.
 OWN_BIN = str(Path(sys.executable).parent)
 EVAL_SUFFIX = ".eval"  # the evaluation's copy and log: <run_id>.eval
@@ -90,9 +90,9 @@ def run_stage(
     """One process of the run in `folder`, with its log kept and the log's tail. `reach`: what
     it may read and do; `given`: its own placeholders; `role`: "" for the only stage, else
     "training" or "evaluation" (the log's name and the tail's heading say which)."""
-    # The log is read through this handle, never through its path, which the command may have
-    # replaced (a link to a file of the trainer's, a FIFO that blocks).
-    log = os.open(folder / LOG_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    # Beside the folder, not in it, and unlinked: the command writes to a pipe (log_pipe.py)
+    # and has neither a handle on the log nor a path to it.
+    log = private_log(folder.parent, f"{folder.name}.{role or 'run'}")
     try:
         stage = _execute(run, command, folder, log, reach, given)
         if log_dir is not None:
@@ -127,20 +127,30 @@ def _execute(
     except OSError as exc:
         return Stage(RunStatus.CRASH, f"the project copy cannot be checked: {exc}", 0.0)
     started = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            ["/bin/sh", "-c", text],
-            cwd=folder,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_confinement(run, folder, readable, reach),
-        )
-    except subprocess.SubprocessError as exc:  # the confinement failed in the child: nothing ran
-        return Stage(RunStatus.REFUSED, f"the run could not be confined: {exc}", 0.0)
-    return _watch(run, process, folder, log, copied, started)
+    with output_pipe(log, run.limits.limits.file_size_bytes) as output:
+        try:
+            process = subprocess.Popen(
+                ["/bin/sh", "-c", text],
+                cwd=folder,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=output.write,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_confinement(run, folder, readable, reach),
+            )
+        except subprocess.SubprocessError as exc:  # the confinement failed in the child
+            return Stage(RunStatus.REFUSED, f"the run could not be confined: {exc}", 0.0)
+        finally:
+            output.handed_over()
+        ended = _watch(run, process, folder, copied, started)
+    if isinstance(ended, Stage):
+        return ended
+    seconds = time.monotonic() - started  # the pipe is drained: the log holds all it wrote
+    if ended != 0:
+        status, reason = outcome(ended, fd_tail(log), run.limits.limits)
+        return Stage(status, reason, seconds)
+    return Stage(RunStatus.OK, "", seconds, fd_tail(log, METRIC_TAIL_BYTES))
 
 
 def _confinement(
@@ -170,12 +180,11 @@ def _watch(
     run: RunContext,
     process: subprocess.Popen[bytes],
     folder: Path,
-    log: int,
     copied: tuple[int, int],
     started: float,
-) -> Stage:
-    """Wait for the process under the wall-clock limit and the disk quota, then read how it
-    ended; its whole process group is killed whatever happens."""
+) -> Stage | int:
+    """Wait for the process under the wall-clock limit and the disk quota: its exit code, or
+    the Stage it was stopped with. Its whole process group is killed whatever happens."""
     limits = run.limits
     deadline, next_disk_check = started + limits.time_limit_s, started
     try:
@@ -193,11 +202,7 @@ def _watch(
             time.sleep(0.1)
     finally:
         kill_group(process)
-    seconds = time.monotonic() - started
-    if code != 0:
-        status, reason = outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size)
-        return Stage(status, reason, seconds)
-    return Stage(RunStatus.OK, "", seconds, fd_tail(log, METRIC_TAIL_BYTES))
+    return code
 
 
 def _over_quota(folder: Path, pid: int, copied: tuple[int, int], quota: Limits) -> str:

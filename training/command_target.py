@@ -36,7 +36,6 @@ from training import runner
 from training.command_io import CommandError, MetricReader
 from training.command_stage import (
     EVAL_SUFFIX,
-    LOG_NAME,
     Reach,
     RunContext,
     Stage,
@@ -46,7 +45,7 @@ from training.held_out import hidden_from_training
 from training.patching import PatchRefused, apply
 from training.process_outcome import remove_tree, result_fields
 
-COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules", LOG_NAME)
+COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules")
 
 
 @dataclass

@@ -35,12 +35,10 @@ def result_fields(spec: RunSpec, device: str, trainer: str, **extra: Any) -> dic
     }
 
 
-def outcome(code: int, tail: str, limits: Limits, log_size: int = 0) -> tuple[RunStatus, str]:
+def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
     """The status and reason of an experiment that exited with `code` (negative: a signal),
-    from the end of its log (and its size: a full log cannot hold the traceback)."""
+    from the end of its log."""
     last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
-    if code != 0 and log_size >= limits.file_size_bytes:
-        return RunStatus.CRASH, f"{_file_size_limit(limits)}: the log is full"
     if code < 0:
         sig = signal.Signals(-code).name
         if -code == signal.SIGKILL:

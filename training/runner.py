@@ -20,6 +20,7 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
 from training.experiment_session import Cancelled, ChildGone, ExperimentSession, Progress, Stop
+from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
 from training.sandbox import Limits, scrubbed_env
@@ -65,11 +66,9 @@ def run_bytelm(
     scratch.mkdir(parents=True)
     (scratch / "recipe.py").write_text(source)
     progress = Progress()
-    # The log is read through this handle, never through its path, which the experiment may
-    # have replaced (a link to a secret of the trainer's, a FIFO that blocks the reader).
-    log = os.open(
-        scratch / "experiment.log", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
-    )
+    # Outside the scratch directory and unlinked: the experiment writes to a pipe (log_pipe.py)
+    # and has neither a handle on the log nor a path to it.
+    log = private_log(scratch_root, spec.run_id)
     try:
         status, reason, metric = _experiment(
             spec, corpus, limits, scratch, log, device, progress, cancel
@@ -118,26 +117,30 @@ def _experiment(
         "resp_fd": resp_r,
     }
     env = scrubbed_env(scratch, {}, cpu=not device.startswith("cuda"))
-    process = start_experiment(config, env, limits.limits, (req_w, resp_r, log))
-    os.close(req_w)
-    os.close(resp_r)
-    session = ExperimentSession(
-        spec, corpus, limits, process, scratch, req_r, resp_w, progress, cancel
-    )
-    try:
+    with output_pipe(log, limits.limits.file_size_bytes) as output:
         try:
-            metric: float | None = session.serve()
-        except ChildGone:
-            metric = None
-        code = session.wait_exit()
-    except Stop as stop:
-        return stop.status, stop.reason, None
-    finally:
-        process.kill()
-        os.close(req_r)
-        os.close(resp_w)
-    if code != 0:
-        return (*outcome(code, fd_tail(log), limits.limits, os.fstat(log).st_size), None)
+            process = start_experiment(config, env, limits.limits, (req_w, resp_r, output.write))
+        finally:
+            output.handed_over()
+            os.close(req_w)
+            os.close(resp_r)
+        session = ExperimentSession(
+            spec, corpus, limits, process, scratch, req_r, resp_w, progress, cancel
+        )
+        try:
+            try:
+                metric: float | None = session.serve()
+            except ChildGone:
+                metric = None
+            code = session.wait_exit()
+        except Stop as stop:
+            return stop.status, stop.reason, None
+        finally:
+            process.kill()
+            os.close(req_r)
+            os.close(resp_w)
+    if code != 0:  # the pipe is drained: the log holds all the experiment wrote
+        return (*outcome(code, fd_tail(log), limits.limits), None)
     if metric is None:
         return RunStatus.CRASH, "the experiment exited before its evaluation finished", None
     return RunStatus.OK, "", metric
