@@ -10,6 +10,10 @@ import functools
 from training.patching import PatchRefused, apply, make_patch
 from training.recipe_constants import Change, changes_between, constants, with_written
 
+# An idea's hypothesis is shown in every researcher's prompt, the live view and the reports: a
+# few sentences, not a document (bounded as its patch is: training/patching.py).
+MAX_HYPOTHESIS_CHARS = 16 * 1024
+
 
 class NotAdmitted(ValueError):
     pass

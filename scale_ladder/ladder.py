@@ -38,7 +38,7 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from scale_ladder.admission import NotAdmitted, patched_source, rebase
+from scale_ladder.admission import MAX_HYPOTHESIS_CHARS, NotAdmitted, patched_source, rebase
 from scale_ladder.ladder_state import (
     BASELINE_ATTEMPTS,
     IdeaState,
@@ -116,6 +116,10 @@ class Ladder(LadderState):
         base = self.champions.get(idea.champion_version)
         if base is None:
             self._refuse(state, f"no champion v{idea.champion_version} (current: v{self.current})")
+            return
+        if len(idea.hypothesis) > MAX_HYPOTHESIS_CHARS:  # shown in prompts, views and reports
+            why = f"the hypothesis is {len(idea.hypothesis)} characters; at most "
+            self._refuse(state, f"{why}{MAX_HYPOTHESIS_CHARS} are accepted")
             return
         try:
             patch = idea.patch

@@ -129,7 +129,7 @@ class Sim:
     def propose(self, idea_id: str, change: str, version: int = 1, **kw: str) -> Idea:
         old, new = change.split("->")
         base = self.ladder.champions[version].source
-        idea = Idea(idea_id, "tester", f"try {change}", patch(old, new, base), version, **kw)
+        idea = Idea(idea_id, "tester", f"try {change[:200]}", patch(old, new, base), version, **kw)
         self.feed(idea)
         return idea
 

@@ -12,6 +12,14 @@ import re
 from dataclasses import dataclass
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# Bounds on the work one idea can cause: its patch is applied by the ladder at admission, by
+# every agents host to learn what it changed, by a trainer for each run, and again at every
+# stack that rebases it. A red team's 380 KB idea of thousands of hunks (each looked for through
+# the whole file) kept the ladder and an agents host busy for over two minutes each. Real ideas
+# are a few KB: an LLM's rewrite of a large training script stays far inside these.
+MAX_PATCH_CHARS = 64 * 1024
+MAX_HUNKS = 256
+MAX_FILE_CHARS = 512 * 1024  # the patched file may not grow past this
 
 
 class PatchRefused(ValueError):
@@ -93,10 +101,18 @@ def _strip_newline(lines: list[str]) -> None:
 
 
 def apply(text: str, patch: str, editable: str) -> str:
-    """The editable file after `patch`; raises PatchRefused if it does not apply cleanly."""
+    """The editable file after `patch`; raises PatchRefused if it does not apply cleanly, or
+    is larger than the bounds above."""
+    if len(patch) > MAX_PATCH_CHARS:
+        raise PatchRefused(
+            f"the patch is {len(patch)} characters; at most {MAX_PATCH_CHARS} are accepted"
+        )
+    hunks = parse(patch, editable)
+    if len(hunks) > MAX_HUNKS:
+        raise PatchRefused(f"the patch has {len(hunks)} hunks; at most {MAX_HUNKS} are accepted")
     lines = text.splitlines(keepends=True)
     offset = 0
-    for hunk in parse(patch, editable):
+    for hunk in hunks:
         want = max(0, hunk.old_start - 1 + offset) if hunk.old else hunk.old_start + offset
         at = _find(lines, hunk.old, want)
         if at is None:
@@ -106,7 +122,13 @@ def apply(text: str, patch: str, editable: str) -> str:
             )
         lines[at : at + len(hunk.old)] = hunk.new
         offset += len(hunk.new) - len(hunk.old) + (at - want)
-    return "".join(lines)
+    new = "".join(lines)
+    if len(new) > max(MAX_FILE_CHARS, len(text)):
+        raise PatchRefused(
+            f"the patched {editable} would be {len(new)} characters; it may grow to at most "
+            f"{MAX_FILE_CHARS}"
+        )
+    return new
 
 
 def _find(lines: list[str], old: list[str], want: int) -> int | None:
