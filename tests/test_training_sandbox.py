@@ -205,8 +205,66 @@ def test_the_metric_cannot_be_faked(
     assert result.metric == (baseline if status == RunStatus.OK else None)
 
 
-# Reads the next input byte (non-causal), except on windows that share a prefix with one it was
-# sent before: there it is honest, or replays what it answered then.
+def _peeker(condition: str, offset: str) -> str:
+    """A model that adds 30 to the logit of the next input byte (it looks ahead) when
+    `condition` holds of its batch `x`, and `offset` to every logit."""
+    return edit(
+        "    return model\n",
+        f"""    class Peek(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            out = self.model(x) + {offset}
+            if {condition}:
+                out[:, :-1] += 30 * F.one_hot(x[:, 1:], 256)
+            return out
+
+    return Peek()
+""",
+    )
+
+
+# The evaluation of a red team's: it replaces the harness's own loop (the experiment's process
+# is the recipe's) and peeks at the next input byte, with every logit raised by 1e6.
+HOOKED_EVALUATION = inject(
+    """import training.harness_child as hc
+import training.protocol as p
+def hooked(model, req, resp):
+    while True:
+        p.write_all(req, b"E")
+        n, c = p.EVAL_ANSWER.unpack(p.read_exact(resp, p.EVAL_ANSWER.size))
+        if n == 0:
+            return
+        rows = torch.frombuffer(bytearray(p.read_exact(resp, n * c)), dtype=torch.uint8)
+        rows = rows.view(n, c).long()
+        logits = torch.full((n, c, p.VOCAB), 1e6)
+        logits[:, :-1].scatter_(2, rows[:, 1:].unsqueeze(-1), 1e6 + 40.0)
+        p.write_all(req, b"O" + logits.float().numpy().tobytes())
+hc._evaluate = hooked"""
+)
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        _peeker("True", "1e6"),
+        _peeker("x.shape[0] > 1", "0"),  # honest only where probes used to be: batches of one
+        HOOKED_EVALUATION,
+    ],
+    ids=["peek-with-offset", "peek-except-in-batches-of-one", "hooked-evaluation"],
+)
+def test_a_model_that_looks_ahead_is_refused_however_it_hides(
+    corpus: Corpus, tmp_path: Path, cheat: str
+) -> None:
+    result = run(corpus, tmp_path, cheat, seed=7)
+    assert result.status == RunStatus.REFUSED, (result.status, result.metric, result.reason)
+    assert "non-causal model: log-probabilities" in result.reason and result.metric is None
+
+
+# Reads the next input byte (non-causal), except over the prefix a window shares with one it
+# was sent before: there it replays what it answered then (so a probe's twin matches it).
 REPLAYING_PEEKER = edit(
     "    return model\n",
     """    class Peek(torch.nn.Module):
@@ -221,10 +279,8 @@ REPLAYING_PEEKER = edit(
             for i, row in enumerate(x):
                 for old_row, old_out in self.seen:
                     shared = int((row == old_row).long().cumprod(0).sum())
-                    if shared >= 4 and x.shape[0] == 1:
+                    if shared >= 4:
                         out[i, :shared] = old_out[:shared]
-                    elif shared >= 4:
-                        out[i] = honest[i]
                 self.seen.append((row.clone(), out[i].clone()))
             return out
 

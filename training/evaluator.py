@@ -5,9 +5,13 @@ and returns logits; the loss, the number of scored bytes and the metric are comp
 
 A model that peeks at later bytes in its window (non-causal attention, or any trick that reads
 the future inputs) would score far too well. Causality probes catch it: a few "twin" windows
-share a prefix with a real window and then diverge at a random point; a causal model's logits
-over the shared prefix are identical for both. Twins travel in separate batches among the real
-ones, so the model cannot compare them side by side.
+share a prefix with a real window and then diverge at a random point; a causal model's
+predictions over the shared prefix are identical for both. Twins travel in separate batches
+among the real ones, so the model cannot compare them side by side, and a probe batch looks like
+any other (the same size, the twin at a random place among windows of the val split): a red team
+noted that a model could be causal only in batches of one, which is what probes used to be.
+Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
+to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from training.protocol import VOCAB
 
 EVAL_BATCH = 16  # windows per batch sent to the experiment
 PROBES = 2  # twin windows per evaluation
-PROBE_TOLERANCE = 1e-3  # max |Δ logit| over the shared prefix for a causal model
+PROBE_TOLERANCE = 1e-3  # max |Δ log-probability| over the shared prefix for a causal model
 
 
 class NonCausalModel(ValueError):
@@ -46,7 +50,7 @@ class Evaluation:
     nats: float = 0.0
     scored: int = 0
     _first_window: dict[int, int] = field(default_factory=dict)  # real batch -> window index
-    _probe_batch: dict[int, int] = field(default_factory=dict)  # batch -> probe number
+    _probe_batch: dict[int, tuple[int, int]] = field(default_factory=dict)  # -> probe, row
     _probes: list[tuple[int, int]] = field(default_factory=list)  # (window index, split)
     _logits: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
 
@@ -63,7 +67,11 @@ class Evaluation:
             twin = windows[index].clone()
             twin[split + 1 :] = self.val[donor : donor + self.context - split]
             self._probes.append((index, split))
-            twins.append(twin.unsqueeze(0))
+            # The twin among windows of the val split, as many as a real batch holds.
+            size = len(real[0])
+            row = rng.randrange(size)
+            cover = [windows[rng.randrange(len(windows))] for _ in range(size - 1)]
+            twins.append((torch.stack([*cover[:row], twin, *cover[row:]]), row))
         every = max(1, len(real) // PROBES)
         first = 0
         for i, batch in enumerate(real):
@@ -71,8 +79,9 @@ class Evaluation:
             self.batches.append(batch)
             first += len(batch)
             if i % every == 0 and twins:
-                self._probe_batch[len(self.batches)] = PROBES - len(twins)
-                self.batches.append(twins.pop(0))
+                probe_batch, row = twins.pop(0)
+                self._probe_batch[len(self.batches)] = (PROBES - len(twins) - 1, row)
+                self.batches.append(probe_batch)
 
     def _windows(self) -> torch.Tensor:
         n = max(1, self.n_tokens // self.context)
@@ -89,7 +98,8 @@ class Evaluation:
                 f"the model returned non-finite logits (NaN or inf) in batch {batch}"
             )
         if batch in self._probe_batch:
-            self._logits[("twin", self._probe_batch[batch])] = logits[0]
+            probe, row = self._probe_batch[batch]
+            self._logits[("twin", probe)] = logits[row]
             return
         windows = self.batches[batch]
         targets = windows[:, 1:].long()
@@ -111,11 +121,13 @@ class Evaluation:
 
     @staticmethod
     def _check_twin(real: torch.Tensor, twin: torch.Tensor, split: int) -> None:
-        delta = float((real[: split + 1] - twin[: split + 1]).abs().max())
-        scale = float(real[: split + 1].abs().max()) + 1.0
-        if not delta <= PROBE_TOLERANCE * scale:
+        shared = slice(0, split + 1)
+        before = F.log_softmax(real[shared].double(), dim=-1)
+        after = F.log_softmax(twin[shared].double(), dim=-1)
+        delta = float((before - after).abs().max())
+        if not delta <= PROBE_TOLERANCE:
             raise NonCausalModel(
-                f"non-causal model: logits at positions 0..{split} changed by {delta:.3g} when "
-                f"only bytes after position {split + 1} changed; "
+                f"non-causal model: log-probabilities at positions 0..{split} changed by "
+                f"{delta:.3g} when only bytes after position {split + 1} changed; "
                 "predictions must not see the future"
             )

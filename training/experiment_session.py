@@ -140,7 +140,10 @@ class ExperimentSession:
                         raise Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
                 windows = evaluation.batches[batch_index]
                 n, context = len(windows), windows.shape[1] - 1
-                self.write(p.EVAL_ANSWER.pack(n, context) + windows.numpy().tobytes())
+                # Inputs only: a window's targets stay here, where the loss is computed (a red
+                # team's hook on the harness read them and scored 1e-15).
+                inputs = windows[:, :-1].contiguous().numpy().tobytes()
+                self.write(p.EVAL_ANSWER.pack(n, context) + inputs)
                 if self.read(1) != b"O":
                     raise Stop(RunStatus.CRASH, "protocol violation: expected logits")
                 raw = self.read(n * context * p.VOCAB * 4)

@@ -79,10 +79,10 @@ def _evaluate(model: Any, req: int, resp: int) -> None:
         n, context = p.EVAL_ANSWER.unpack(p.read_exact(resp, p.EVAL_ANSWER.size))
         if n == 0:
             return
-        data = bytearray(p.read_exact(resp, n * (context + 1)))
-        rows = torch.frombuffer(data, dtype=torch.uint8).view(n, context + 1)
+        data = bytearray(p.read_exact(resp, n * context))  # the inputs: targets stay outside
+        rows = torch.frombuffer(data, dtype=torch.uint8).view(n, context)
         with torch.no_grad():
-            logits = model(rows[:, :-1].long().to(next(model.parameters()).device))
+            logits = model(rows.long().to(next(model.parameters()).device))
         if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (n, context, p.VOCAB):
             shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
             print(f"model returned {shape}, expected {(n, context, p.VOCAB)}", file=sys.stderr)
