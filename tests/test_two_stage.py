@@ -295,7 +295,9 @@ def test_no_stage_reads_the_workspace_or_reaches_the_network(tmp_path: Path) -> 
     listener.close()
 
 
-def test_a_command_makes_no_namespace_and_sets_no_other_process_s_limits(tmp_path: Path) -> None:
+def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
+    tmp_path: Path,
+) -> None:
     """A command target may fork and exec, but not `unshare` (a user namespace holds every
     capability) nor `prlimit` another process (a red team killed one with a 1 s CPU limit)."""
     project = tmp_path / "project"
@@ -308,6 +310,8 @@ def test_a_command_makes_no_namespace_and_sets_no_other_process_s_limits(tmp_pat
             f"            ['prlimit', '--pid', '{outside.pid}', '--cpu=1:1']):\n"
             "    done = subprocess.run(cmd, capture_output=True, text=True)\n"
             "    print(cmd[0], done.returncode, done.stderr.strip())\n"
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('shmget', libc.shmget(0, 1 << 20, 0o1000 | 0o600), ctypes.get_errno())\n"
             "print('val_loss: 1.0')\n"
         )
         reader = MetricReader("val_loss")
@@ -318,6 +322,7 @@ def test_a_command_makes_no_namespace_and_sets_no_other_process_s_limits(tmp_pat
         assert any(line.startswith("unshare 1 ") for line in lines), result.log_tail
         assert any(line.startswith("prlimit 1 ") for line in lines), result.log_tail
         assert "Operation not permitted" in result.log_tail
+        assert "shmget -1 1" in result.log_tail  # EPERM: no SysV segment outlives the run
         limits = Path(f"/proc/{outside.pid}/limits").read_text()
         assert "Max cpu time              unlimited" in limits
         assert outside.poll() is None  # still running

@@ -144,6 +144,17 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.CRASH,
         "Operation not permitted",
     ),
+    # SysV IPC and the keyrings: state outside the run's limits that outlives it, and a
+    # channel between runs (a red team left a 64 MiB segment and read another process's key).
+    "sysv-shared-memory": (
+        inject(
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "if libc.shmget(0, 1 << 26, 0o1000 | 0o600) < 0:\n"
+            "    raise PermissionError(os.strerror(ctypes.get_errno()))"
+        ),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
     # A pathname Unix socket reaches any local service as the trainer's user.
     "unix-socket": (
         inject("import socket\nsocket.socket(socket.AF_UNIX)"),
@@ -256,6 +267,15 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
 }
 if platform.machine() == "x86_64":  # int 0x80 reaches the i386 syscall table
     ATTACKS["fork-i386"] = (inject(FORK_I386), RunStatus.CRASH, "Operation not permitted")
+    ATTACKS["keyring"] = (  # add_key into the user's keyring (248 is x86_64's number)
+        inject(
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "if libc.syscall(248, b'user', b'run', b'secret', 6, -4) < 0:\n"
+            "    raise PermissionError(os.strerror(ctypes.get_errno()))"
+        ),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    )
 
 # Cheats that must leave the metric exactly the baseline's (OK) or break the run (CRASH):
 # tampering inside the experiment process changes nothing the runner computes.

@@ -8,7 +8,8 @@ Applied in the experiment's own process, before any recipe code is imported:
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
   socket at all (Landlock only covers TCP), no memfd (memory outside the address-space limit),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
-  process, and no syscall of another ABI (i386 or x32).
+  process, no SysV IPC, keyring or memfd_secret (state that outlives the run), and no syscall
+  of another ABI (i386 or x32).
 - capabilities: all dropped, so an experiment run by root cannot raise its rlimits.
 - rlimits (set between fork and exec by the runner): address space, file size, open files,
   processes. The scratch directory's total size is the runner's to watch (`Limits.disk_bytes`).
@@ -230,12 +231,37 @@ class _Abi:
     socket: int
     x32: bool  # x86_64: syscall numbers with bit 30 set are the x32 ABI, same arch id
     namespaces: tuple[int, ...] = ()  # unshare, setns: denied in every mode
+    # SysV shared memory, semaphores and message queues, the kernel keyrings and memfd_secret:
+    # state outside the run's folder and limits that outlives it (a red team left a 64 MiB
+    # segment behind, passed messages between runs, and read a key another process stored).
+    # Denied in every mode.
+    shared_state: tuple[int, ...] = ()
     prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
 
 
 _ABIS = {
-    "x86_64": _Abi(0xC000003E, (57, 58, 59, 322, 319, 425), 56, 435, 41, True, (272, 308), 302),
-    "aarch64": _Abi(0xC00000B7, (221, 281, 279, 425), 220, 435, 198, False, (97, 268), 261),
+    "x86_64": _Abi(
+        0xC000003E,
+        (57, 58, 59, 322, 319, 425),
+        56,
+        435,
+        41,
+        True,
+        namespaces=(272, 308),
+        prlimit=302,
+        shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
+    ),
+    "aarch64": _Abi(
+        0xC00000B7,
+        (221, 281, 279, 425),
+        220,
+        435,
+        198,
+        False,
+        namespaces=(97, 268),
+        prlimit=261,
+        shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
+    ),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a new namespace of any kind
@@ -264,7 +290,7 @@ def restrict_syscalls(processes: bool = False) -> str:
     if abi.x32:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
     denied = abi.denied[-1:] if processes else abi.denied
-    for number in (*denied, *abi.namespaces):
+    for number in (*denied, *abi.namespaces, *abi.shared_state):
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
     # falls back to clone, whose flags it can check.
