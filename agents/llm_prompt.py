@@ -47,7 +47,9 @@ def researcher_prefix(desk: Desk, program: str, strategy: str) -> str:
         strategy=strategy.strip(),
         format=FORMAT.strip(),
         version=desk.version,
-        recipe=desk.source.rstrip(),
+        # Stacked patches wrote it: a fence no line of it can close (a docstring holding ```
+        # and "new instructions" after it read as instructions to every researcher).
+        recipe=fenced(desk.source.rstrip(), "python"),
         fixed=_fixed(desk),
     )
 

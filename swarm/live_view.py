@@ -192,7 +192,10 @@ class LiveSnapshot:
         for a in self.agents:
             if a.note:
                 said.setdefault(a.note, []).append(a.name)
-        return [f"{_who(names)}: {note}" for note, names in said.items()]
+        # Researchers wrote these: shown, in a log file or a terminal, as text (bus/untrusted.py).
+        return [
+            for_terminal(f"{_who(names)}: {note}", newlines=False) for note, names in said.items()
+        ]
 
     def line(self) -> str:
         """One plain line for logs: elapsed, runs, queues, champion, best at the top tier."""
@@ -207,7 +210,7 @@ class LiveSnapshot:
             parts.append(f"best@tier{best.tier} {best.idea_id} {best.mean_metric:.4f}")
         if self.error:
             parts.append(f"error: {self.error}")
-        return " | ".join(parts)
+        return for_terminal(" | ".join(parts), newlines=False)  # idea ids and errors included
 
 
 async def gather_snapshot(

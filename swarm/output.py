@@ -30,7 +30,7 @@ def _cell_text(value: Any) -> str:
 
 
 def aligned(table: pa.Table) -> str:
-    names = table.column_names
+    names = [for_terminal(n, newlines=False) for n in table.column_names]  # PIVOT: from data
     rows = [[_cell_text(v) for v in row.values()] for row in table.to_pylist()]
     numeric = [
         pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
@@ -52,12 +52,21 @@ def aligned(table: pa.Table) -> str:
 
 
 def to_csv(table: pa.Table) -> str:
+    """CSV for reading or piping on: text cells have their control characters written as
+    escapes like the table's (they came from experiments and agents, and this is printed to a
+    terminal); `--out x.parquet` keeps every byte as stored."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(table.column_names)
+    writer.writerow([for_terminal(n) for n in table.column_names])
     for row in table.to_pylist():
-        writer.writerow(["" if v is None else v for v in row.values()])
+        writer.writerow([_csv_cell(v) for v in row.values()])
     return buffer.getvalue().rstrip("\n")
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    return for_terminal(value) if isinstance(value, str) else value
 
 
 def to_json(table: pa.Table) -> str:
