@@ -12,10 +12,11 @@ import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from bus.codec import encode
-from bus.messages import Message, RunSpec
-from bus.subjects import event_subject, job_subject
+from bus.messages import Message, RunSpec, new_id
+from bus.subjects import JOBS_STREAM, JOBS_SUBJECTS, event_subject, job_subject
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +132,34 @@ async def enqueue_run(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0)
     await publish_event(js, spec, timeout)
 
 
+async def queued_run_ids(js: JetStreamContext) -> set[str]:
+    """The run ids of every job on the work queue: waiting, or taken and not yet acknowledged
+    (a work queue drops a job only when a trainer acknowledges it, after its result is out)."""
+    ids: set[str] = set()
+    state = (await js.stream_info(JOBS_STREAM)).state
+    seq = state.first_seq
+    while state.messages and seq <= state.last_seq:
+        try:
+            msg = await js.get_msg(JOBS_STREAM, seq, subject=JOBS_SUBJECTS, next=True)
+        except NotFoundError:  # nothing at or after seq any more
+            break
+        ids.add((msg.headers or {}).get("Nats-Msg-Id", "").split(":")[0])  # see requeue_job
+        seq = (msg.seq or seq) + 1
+    return ids
+
+
 async def enqueue_job(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:
     """The work-queue half of `enqueue_run`: the job trainers take, keyed by its run id."""
     await js.publish(
         job_subject(spec.tier), encode(spec), timeout=timeout, headers={"Nats-Msg-Id": spec.run_id}
+    )
+
+
+async def requeue_job(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:
+    """The job of a run that is on no queue and has no result, again. Under another message id
+    (`<run id>:again:<n>`): the server's duplicate window (two minutes) would drop one under the
+    run id whose first copy it accepted and then lost."""
+    again = f"{spec.run_id}:again:{new_id('')[1:]}"
+    await js.publish(
+        job_subject(spec.tier), encode(spec), timeout=timeout, headers={"Nats-Msg-Id": again}
     )

@@ -118,6 +118,8 @@ class LadderState:
     carried: dict[tuple[str, int, int], set[int]] = field(default_factory=lambda: defaultdict(set))
     # tier -> noise pooled over every champion before the current one: the racing prior
     earlier_noise: dict[int, Noise] = field(default_factory=dict)
+    # run id -> RunSpec with no result yet: a job the bus lost is put back from here (service.py)
+    unfinished: dict[str, RunSpec] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
     baselines_dirty: bool = True
     _out: list[Message] = field(default_factory=list)
@@ -149,6 +151,7 @@ class LadderState:
             self._observe_champion(message)
 
     def _observe_spec(self, spec: RunSpec) -> None:
+        self.unfinished[spec.run_id] = spec
         self.requested[(spec.idea_id, spec.champion_version, spec.tier)].add(spec.seed)
         if not spec.idea_id:
             self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1
@@ -175,6 +178,7 @@ class LadderState:
             self.changes[champion.version].append((idea_id, change))
 
     def _observe_result(self, result: RunResult) -> None:
+        self.unfinished.pop(result.run_id, None)
         slot = self.results[(result.idea_id, result.champion_version, result.tier)]
         previous = slot.get(result.seed)
         if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try

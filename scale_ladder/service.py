@@ -24,7 +24,7 @@ from nats.aio.subscription import Subscription
 
 from bus.champion_store import ChampionStore
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
-from bus.nats_bus import enqueue_job, enqueue_run, publish_event
+from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from scale_ladder.ladder import Ladder, LadderRefusal
@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 FOLDED_KINDS = frozenset({"idea", "run_spec", "run_result", "decision", "champion_change"})
 RETRY_S = 1.0
+# How long a result published before the work queue was read may take to reach the ladder: a
+# run missing from the queue and still without a result after this is lost, not finishing.
+SETTLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class LadderService:
         control = await self.nc.subscribe(LADDER_CONTROL_SUBJECT, cb=self._control)
         if start_seq == 0:
             self.caught_up.set()
+        requeue = asyncio.ensure_future(self._requeue_lost())
         await self._announce(AgentEventKind.JOINED, f"replaying {start_seq} events")
         try:
             stopper = asyncio.ensure_future(stop.wait())
@@ -81,9 +85,38 @@ class LadderService:
                     await self._act()
             stopper.cancel()
         finally:
+            requeue.cancel()
             await self._announce(AgentEventKind.LEFT, f"{len(self.ladder.ideas)} ideas seen")
             for sub in (replay.subscription, control):
                 await _quietly_unsubscribe(sub)
+
+    async def _requeue_lost(self) -> None:
+        """Once caught up, put back the jobs of runs that have no result and are not on the
+        work queue. A job or its result can be lost when the bus is killed (kill -9 of the
+        nats-server in the fault tests left runs that no trainer would ever take), and a
+        person may purge the queue; nothing else would ever run them. A run put back that was
+        not lost after all (its result was on its way) runs once more and is recorded once:
+        results are keyed by run id."""
+        try:
+            await self.caught_up.wait()
+            async with self._lock:
+                waiting = set(self.ladder.unfinished)
+            queued = await queued_run_ids(self.js)
+            await asyncio.sleep(SETTLE_S)  # results published before `queued` was read land
+            async with self._lock:
+                lost = [
+                    spec
+                    for run_id, spec in self.ladder.unfinished.items()
+                    if run_id in waiting and run_id not in queued
+                ]
+                for spec in lost:
+                    await requeue_job(self.js, spec)
+            if lost:
+                log.warning("put back %d lost jobs: %s", len(lost), [s.run_id for s in lost])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the bus is down: the next start looks again
+            log.warning("could not look for lost jobs (%s)", exc)
 
     async def _receive(self, message: Message | None, seq: int) -> None:
         await self._inbox.put((message, seq))  # folded in the main loop, which then acts
