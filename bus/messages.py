@@ -141,6 +141,7 @@ class RunResult:
     peak_mem_mb: float = 0.0
     device: str = ""
     trainer: str = ""
+    unconfined: bool = False  # run with --unsafe-no-sandbox: its code may have reached anything
     corpus_hash: str = ""
     reason: str = ""
     log_tail: str = ""

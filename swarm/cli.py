@@ -27,6 +27,7 @@ from swarm.sql_client import LedgerUnavailable, query, read_file
 from swarm.start import SwarmError, bus_settings, start_swarm
 from swarm.status import COUNTS_SQL, counts_from, live_status
 from swarm.workspace import Workspace
+from training.sandbox import UNSAFE_FLAG
 
 EXAMPLES = """\
 examples:
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_brain_flags(start)
     _add_bus_flags(start)
     _add_target_flags(start)
+    _add_unsafe_flag(start)
 
     commands.add_parser("status", help="show what the swarm in the workspace is doing")
 
@@ -124,12 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     _add_target_flags(run)
+    _add_unsafe_flag(run)
 
     worker = commands.add_parser("worker", help="run a trainer for a running swarm")
     worker.add_argument("--tiers", default="", help="tiers to serve, e.g. 2,3 (default: all)")
     worker.add_argument("--device", choices=["auto", "cpu", "cuda"])
     _add_bus_flags(worker)
     _add_target_flags(worker)
+    _add_unsafe_flag(worker)
 
     agents = commands.add_parser("agents", help="run researcher agents for a running swarm")
     agents.add_argument("--count", type=int, help="researchers to host (default: agents.count)")
@@ -165,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("ledger", help="(internal) run the ledger process; started by `start`")
     commands.add_parser("ladder", help="(internal) run the ladder process; started by `start`")
     return parser
+
+
+def _add_unsafe_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        UNSAFE_FLAG,
+        action="store_true",
+        default=None,
+        help="run experiments even where Landlock or seccomp cannot confine them (they could "
+        "then reach anything the trainer can; every result says `unconfined`)",
+    )
 
 
 def _add_target_flags(parser: argparse.ArgumentParser) -> None:
@@ -267,6 +281,8 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))
     if args.command == "worker":
         config = with_overrides(config, "trainers", device=flag("device"))
+    if flag("unsafe_no_sandbox"):
+        config = with_overrides(config, "trainers", unsafe_no_sandbox=True)
     # Paths from flags are relative to this folder (the file's are absolute already), and
     # absolute, so child processes and later reads agree whatever their directory.
     config = config_files.absolute_paths(config, cwd)

@@ -85,6 +85,9 @@ class TrainersConfig:
     count: int = -1  # trainer processes `swarm start` runs; -1: one per CPU core; 0: none
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     tiers: str = ""  # tiers served, e.g. "0,1"; empty: all
+    # Run experiments even where Landlock or seccomp cannot be applied (`--unsafe-no-sandbox`):
+    # without it, such a trainer refuses to start and such a run is REFUSED.
+    unsafe_no_sandbox: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
 from swarm.live_view import LiveView, gather_snapshot
 from swarm.supervisor import ManagedProcess
+from swarm.training_setup import check_confinement
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ async def start_swarm(
     from swarm.agents_process import check_llm  # autogen-core: a slow import, paid only here
 
     check_llm(config, workspace, config.agents.count)  # a missing key or price, likewise
+    if trainer_count(config) and (warning := check_confinement(config)):  # or refuses here
+        print(warning, file=out)
     workspace.create()
     lock = workspace.acquire_lock()
     if lock is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus, new_id
@@ -17,6 +18,7 @@ from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
+from training.sandbox import UNSAFE_FLAG, missing_confinement
 from training.synthetic import SyntheticTarget
 from training.targets import BytelmTarget, CommandTarget, Target
 from training.trainer import Trainer, TrainerOptions
@@ -55,8 +57,31 @@ def tiers(config: SwarmConfig) -> list[Tier]:
     return load_tiers(ladder_path(config), config.target.kind)
 
 
-def limits_for(tier: Tier) -> RunLimits:
-    return RunLimits(time_limit_s=tier.time_limit_s, eval_tokens=tier.eval_tokens)
+def limits_for(tier: Tier, unsafe_no_sandbox: bool = False) -> RunLimits:
+    return RunLimits(
+        time_limit_s=tier.time_limit_s,
+        eval_tokens=tier.eval_tokens,
+        unsafe_no_sandbox=unsafe_no_sandbox,
+    )
+
+
+def check_confinement(config: SwarmConfig) -> str:
+    """Refuse to run experiments this machine cannot confine, unless the user said so: then a
+    warning to print. Untrusted code without Landlock or seccomp reaches all the trainer can
+    (the workspace's credentials, the bus, other runs)."""
+    if config.target.kind == "synthetic":
+        return ""  # no code runs: an experiment is arithmetic in the trainer
+    missing = missing_confinement()
+    if not missing:
+        return ""
+    lacking = " and ".join(missing)
+    if not config.trainers.unsafe_no_sandbox:
+        raise ConfigError(
+            f"this machine cannot confine experiments: it lacks {lacking}. Experiments would "
+            f"run with the trainer's reach; pass {UNSAFE_FLAG} (or trainers.unsafe_no_sandbox = "
+            "true) to run them anyway"
+        )
+    return f"swarm: {UNSAFE_FLAG}: experiments run unconfined (no {lacking})"
 
 
 def run_spec(tier: Tier, seed: int, patch: str = "", idea_id: str = "") -> RunSpec:
@@ -71,6 +96,8 @@ async def run_once(
     if not 0 <= tier_index < len(ladder):
         raise ConfigError(f"--tier {tier_index}: the ladder has tiers 0..{len(ladder) - 1}")
     tier = ladder[tier_index]
+    if warning := check_confinement(config):
+        print(warning, file=sys.stderr)
     workspace.create()
     target = make_target(config, workspace)
     source = target.initial_source()
@@ -79,7 +106,7 @@ async def run_once(
         target.run,
         spec,
         source,
-        limits_for(tier),
+        limits_for(tier, config.trainers.unsafe_no_sandbox),
         workspace.root / "scratch",
         resolve_device(device),
         "swarm-run",
@@ -105,6 +132,7 @@ def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
         "flops": known(f"{result.flops:.3e}"),
         "peak_mem_mb": known(f"{result.peak_mem_mb:.0f}"),
         "device": result.device,
+        **({"unconfined": "yes (--unsafe-no-sandbox)"} if result.unconfined else {}),
         "corpus_hash": known(result.corpus_hash),
         "run_id": result.run_id,
     }
@@ -123,6 +151,8 @@ async def run_worker(
     ladder = tiers(config)
     wanted = serve or config.trainers.tiers
     indexes = tuple(int(t) for t in wanted.split(",")) if wanted else tuple(t.index for t in ladder)
+    if warning := check_confinement(config):
+        print(warning, file=sys.stderr)
     workspace.create()
     target = make_target(config, workspace)
     options = TrainerOptions(
@@ -130,7 +160,7 @@ async def run_worker(
         device=resolve_device(config.trainers.device),
         scratch_dir=workspace.root / "scratch",
         log_dir=workspace.logs_dir / "runs",
-        default_limits={t.index: limits_for(t) for t in ladder},
+        default_limits={t.index: limits_for(t, config.trainers.unsafe_no_sandbox) for t in ladder},
         max_message_bytes=config.bus.max_payload_bytes,
         max_concurrent={t.index: t.max_concurrent for t in ladder},
         instant_target=isinstance(target, SyntheticTarget),

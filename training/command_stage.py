@@ -32,6 +32,7 @@ from training.process_outcome import (
     outcome,
 )
 from training.sandbox import (
+    UNSAFE_FLAG,
     Limits,
     drop_capabilities,
     restrict_filesystem,
@@ -162,15 +163,20 @@ def _confinement(
     if run.device.startswith("cuda"):
         writable += sorted(Path("/dev").glob("nvidia*"))
 
+    # Without the user's explicit UNSAFE_FLAG a stage runs confined or not at all; held-out
+    # files are hidden or nothing runs, whatever the flag.
+    unsafe = run.limits.unsafe_no_sandbox
+
     def confine() -> None:
         set_rlimits(run.limits.limits)
         applied = restrict_filesystem(readable, writable, reads_all=False)
-        if reach.strict and not applied.startswith("landlock abi"):
-            raise OSError(f"held-out files cannot be hidden: {applied}")
+        if (reach.strict or not unsafe) and not applied.startswith("landlock abi"):
+            why = "held-out files cannot be hidden" if reach.strict else "no Landlock"
+            raise OSError(f"{why}: {applied} (pass {UNSAFE_FLAG} to run unconfined)")
         if reach.no_network:
             applied = restrict_syscalls(processes=True)
-            if reach.strict and applied != "seccomp":
-                raise OSError(f"the network cannot be closed: {applied}")
+            if (reach.strict or not unsafe) and applied != "seccomp":
+                raise OSError(f"the network cannot be closed: {applied} (pass {UNSAFE_FLAG})")
         drop_capabilities()  # no_new_privs (set above) keeps exec from granting them back
 
     return confine

@@ -79,7 +79,9 @@ class CommandTarget:
         log_dir: Path | None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
-        base = result_fields(spec, device, trainer, metric_name=self.metric_name)
+        base = result_fields(
+            spec, device, trainer, metric_name=self.metric_name, unconfined=limits.unsafe_no_sandbox
+        )
         if not runner.PLAIN_NAME.fullmatch(spec.run_id):  # it names the copies, then removed
             why = f"run id {spec.run_id[:200]!r} is not a plain name"
             return RunResult(**base, status=RunStatus.REFUSED, reason=why)

@@ -17,6 +17,7 @@ from typing import Any
 
 EXIT_RECIPE_ERROR = 1
 EXIT_BAD_MODEL = 3
+EXIT_NO_SANDBOX = 4  # the sandbox could not be applied and the user did not accept that
 
 
 class Context:
@@ -65,7 +66,17 @@ def _confine(config: dict[str, Any]) -> None:
     applied = [sandbox.restrict_filesystem(read, [scratch], reads_all=False)]
     applied.append(sandbox.restrict_syscalls())
     applied.append(sandbox.drop_capabilities())
-    print(f"sandbox: {', '.join(applied)}", file=sys.stderr, flush=True)
+    complete = applied[0].startswith("landlock abi") and applied[1] == "seccomp"
+    unsafe = "" if complete else f" (unconfined: {sandbox.UNSAFE_FLAG})"
+    print(f"sandbox: {', '.join(applied)}{unsafe}", file=sys.stderr, flush=True)
+    if not complete and not config.get("unsafe_no_sandbox"):
+        print(
+            f"refused: the sandbox could not be applied ({applied[0]}; {applied[1]}); "
+            f"the recipe was not run (pass {sandbox.UNSAFE_FLAG} to run it anyway)",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(EXIT_NO_SANDBOX)
 
 
 def _evaluate(model: Any, req: int, resp: int) -> None:

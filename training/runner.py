@@ -20,6 +20,7 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
 from training.experiment_session import Cancelled, ChildGone, ExperimentSession, Progress, Stop
+from training.harness_child import EXIT_NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
@@ -38,6 +39,9 @@ class RunLimits:
     time_limit_s: float  # hard wall clock for the whole experiment process
     eval_tokens: int = 16_384
     limits: Limits = field(default_factory=Limits)
+    # The user's explicit `--unsafe-no-sandbox`: run even where Landlock or seccomp cannot be
+    # applied (else such a run is REFUSED); every result then says `unconfined`.
+    unsafe_no_sandbox: bool = False
 
 
 def run_bytelm(
@@ -53,7 +57,9 @@ def run_bytelm(
 ) -> RunResult:
     """Run one bytelm experiment; never raises for anything the experiment does (only
     Cancelled, when `cancel` is set by a trainer shutting down)."""
-    base = result_fields(spec, device, trainer, corpus_hash=corpus.corpus_hash)
+    base = result_fields(
+        spec, device, trainer, corpus_hash=corpus.corpus_hash, unconfined=limits.unsafe_no_sandbox
+    )
     if not PLAIN_NAME.fullmatch(spec.run_id):  # it names the scratch directory, then removed
         why = f"run id {spec.run_id[:200]!r} is not a plain name"
         return RunResult(**base, status=RunStatus.REFUSED, reason=why)
@@ -115,6 +121,7 @@ def _experiment(
         "scratch": str(scratch),
         "req_fd": req_w,
         "resp_fd": resp_r,
+        "unsafe_no_sandbox": limits.unsafe_no_sandbox,
     }
     env = scrubbed_env(scratch, {}, cpu=not device.startswith("cuda"))
     with output_pipe(log, limits.limits.file_size_bytes) as output:
@@ -139,6 +146,9 @@ def _experiment(
             process.kill()
             os.close(req_r)
             os.close(resp_w)
+    if code == EXIT_NO_SANDBOX:  # it said why, before any of the recipe ran
+        last = fd_tail(log).strip().splitlines()[-1:]
+        return RunStatus.REFUSED, (last[0] if last else "the sandbox could not be applied"), None
     if code != 0:  # the pipe is drained: the log holds all the experiment wrote
         return (*outcome(code, fd_tail(log), limits.limits), None)
     if metric is None:

@@ -141,6 +141,20 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
+UNSAFE_FLAG = "--unsafe-no-sandbox"
+
+
+def missing_confinement() -> list[str]:
+    """What of the sandbox this machine cannot apply: untrusted code does not run without it
+    unless the user says so (UNSAFE_FLAG), since it would run with the trainer's reach."""
+    missing = []
+    if landlock_abi() < 1:
+        missing.append("Landlock (Linux 5.13 or later, enabled in the kernel's LSM list)")
+    if platform.machine() not in _ABIS:
+        missing.append(f"the seccomp filter (x86_64 or aarch64; this is {platform.machine()})")
+    return missing
+
+
 def restrict_filesystem(read: Iterable[Path], write: Iterable[Path], reads_all: bool) -> str:
     """Apply Landlock to this process. `reads_all` leaves reading unrestricted (the `command`
     target runs arbitrary toolchains) while still confining writes. Returns what applied."""
