@@ -329,3 +329,23 @@ def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
     finally:
         outside.kill()
         outside.wait()
+
+
+def test_nothing_a_command_starts_outlives_its_run(tmp_path: Path) -> None:
+    """A descendant that leaves the process group (`setsid`, here twice removed) is adopted by
+    the trainer and killed with the stage: a red team kept one running after its run."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import subprocess, sys\n"
+        "daemon = 'import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n"
+        '    print("DAEMON", os.getpid(), flush=True)\\n    time.sleep(60)\\n\'\n'
+        "subprocess.run([sys.executable, '-c', daemon])\n"
+        "print('val_loss: 1.0')\n"
+    )
+    reader = MetricReader("val_loss")
+    one = CommandTarget(project, "train.py", "python train.py", reader, skip=(tmp_path / "ws",))
+    result = run(one, tmp_path / "ws")
+    assert result.status == RunStatus.OK, result.reason
+    (daemon,) = [int(line.split()[1]) for line in result.log_tail.splitlines() if "DAEMON" in line]
+    assert not Path(f"/proc/{daemon}").exists(), "the daemon outlived its run"

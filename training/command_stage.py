@@ -20,6 +20,7 @@ from pathlib import Path
 from bus.messages import RunSpec, RunStatus
 from training import runner
 from training.command_io import METRIC_TAIL_BYTES, CommandError, environment, render
+from training.descendants import become_subreaper, kill_adopted, started_at
 from training.experiment_session import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S
 from training.held_out import readable_except
 from training.log_pipe import output_pipe, private_log
@@ -128,6 +129,7 @@ def _execute(
     except OSError as exc:
         return Stage(RunStatus.CRASH, f"the project copy cannot be checked: {exc}", 0.0)
     started = time.monotonic()
+    become_subreaper()  # a descendant that leaves the process group is adopted, then killed
     with output_pipe(log, run.limits.limits.file_size_bytes) as output:
         try:
             process = subprocess.Popen(
@@ -144,7 +146,9 @@ def _execute(
             return Stage(RunStatus.REFUSED, f"the run could not be confined: {exc}", 0.0)
         finally:
             output.handed_over()
+        born = started_at(process.pid)  # the stage's descendants all start after its shell
         ended = _watch(run, process, folder, copied, started)
+        kill_adopted(born)  # before the pipe is drained: an orphan may hold its write end
     if isinstance(ended, Stage):
         return ended
     seconds = time.monotonic() - started  # the pipe is drained: the log holds all it wrote
