@@ -109,6 +109,9 @@ SELECT version, kind, idea_id, coalesce(author, '') AS author,
        left(coalesce(hypothesis, ''), 120) AS hypothesis, epoch(created_at) AS created_at
 FROM lineage ORDER BY version DESC LIMIT {CHAMPIONS_SHOWN}"""
 
+# Seconds after `swarm start` during which a ledger that does not answer is still starting.
+STARTING_S = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class AgentRow:
@@ -236,7 +239,10 @@ async def gather_snapshot(
     held = (
         {} if isinstance(consumers, BaseException) else cast(dict[int, tuple[int, int]], consumers)
     )
-    problems = [_problem(a) for a in (consumers, *answers) if isinstance(a, BaseException)]
+    starting = base.elapsed_s < STARTING_S
+    problems = [
+        _problem(a, starting) for a in (consumers, *answers) if isinstance(a, BaseException)
+    ]
     if problems:  # show what did answer: the queues survive a ledger restart
         queues = tuple(TierQueue(t, *held[t]) for t in sorted(held))
         return replace(base, queues=queues, error="; ".join(dict.fromkeys(problems)))  # unique
@@ -293,8 +299,11 @@ def _experiments(
     return tuple(found[:MAX_EXPERIMENTS_SHOWN])
 
 
-def _problem(exc: BaseException) -> str:
-    """What a ledger or bus that did not answer says; anything else is a bug and raises."""
+def _problem(exc: BaseException, starting: bool = False) -> str:
+    """What a ledger or bus that did not answer says; anything else is a bug and raises. While
+    the swarm starts, a ledger not answering yet is expected (it was read as a failure)."""
+    if isinstance(exc, LedgerUnavailable) and starting:
+        return "ledger: starting"
     if isinstance(exc, LedgerUnavailable | SqlError):
         return f"ledger: {exc}"
     if isinstance(exc, NatsError | TimeoutError):

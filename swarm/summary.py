@@ -26,6 +26,15 @@ LATEST_SQL = "SELECT max(version) AS v FROM champions"
 HELD_SQL = """SELECT tier, arg_max(rule, created_at) AS rule FROM decisions
     WHERE idea_id = '' AND verdict = 'HELD' GROUP BY tier ORDER BY tier"""
 
+# Ideas rejected with no noise estimate: their paired gains were the same on every seed.
+UNJUDGED_SQL = """SELECT tier, count(DISTINCT idea_id) AS n FROM decisions
+    WHERE verdict = 'REJECT' AND rule LIKE '%paired gains are equal on every seed%'
+    GROUP BY tier ORDER BY tier"""
+
+UNJUDGED_EXAMPLE = (
+    "select idea_id, tier, delta from decisions where rule like '%equal on every seed%'"
+)
+
 EXAMPLES = [
     "select * from leaderboard limit 10",
     "select * from lineage",
@@ -56,9 +65,13 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
     lower_is_better = target_info(config).lower_is_better
     lines += champion_moves(rows(BASELINES_SQL), sigmas, latest, lower_is_better)
     lines += [f"tier {r['tier']} held: {r['rule']}" for r in rows(HELD_SQL)]
+    swarm = swarm_command(workspace.root)
+    unjudged = rows(UNJUDGED_SQL)
+    lines += [_unjudged(int(r["tier"]), int(r["n"])) for r in unjudged]  # type: ignore[call-overload]
+    if unjudged:
+        lines.append(f'  which: {swarm} sql "{UNJUDGED_EXAMPLE}"')
     lines.append(f"ledger: {workspace.ledger_path} (snapshots in {workspace.snapshot_dir})")
     lines.append("ask it, e.g.:")
-    swarm = swarm_command(workspace.root)
     lines += [f'  {swarm} sql "{q}"' for q in EXAMPLES]
     return "\n".join(lines)
 
@@ -101,3 +114,15 @@ def champion_moves(
             f"(gain {delta:+.4f} over {paired}; {band}{later})"
         )
     return lines
+
+
+def _unjudged(tier: int, ideas: int) -> str:
+    """Why ideas that gained were still rejected: pairing removed all the noise (a newcomer's
+    script added seed noise the same for every recipe, and saw nothing improve, no reason)."""
+    return (
+        f"tier {tier}: {ideas} idea{'s' if ideas != 1 else ''} rejected with no noise estimate: "
+        "their paired gains were identical on every seed (σ_d ≈ 0), so the metric's noise does "
+        "not depend on the recipe and gives no yardstick. If the metric is exact given the "
+        "seed, declare the tier `deterministic = true` in the ladder file; if not, its runs "
+        "should vary with what the recipe does"
+    )

@@ -52,13 +52,15 @@ min_improvement = 0.001
 """
 
 
-def swarm_project(tmp_path: Path, agents: int = 3, extra: str = "") -> Path:
+def swarm_project(
+    tmp_path: Path, agents: int = 3, extra: str = "", run: str = RUN, tier: str = TIER
+) -> Path:
     project = tmp_path / "project"
     project.mkdir()
     (project / "params.py").write_text(PARAMS)
-    (project / "run.py").write_text(RUN)
+    (project / "run.py").write_text(run)
     ladder = tmp_path / "ladder.toml"
-    ladder.write_text(extra + TIER.format(name="small", depth=1) + TIER.format(name="big", depth=2))
+    ladder.write_text(extra + tier.format(name="small", depth=1) + tier.format(name="big", depth=2))
     config = tmp_path / "swarm.toml"
     config.write_text(
         f"""
@@ -299,3 +301,40 @@ min_outcomes = 2
     )
     leaked = [p for p in root.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaked == []
+
+
+# The seed's noise only, the same for every recipe: pairing removes all of it (a newcomer's
+# first script), so no paired comparison has a noise estimate.
+SEED_NOISE_ONLY = RUN.replace(" + own\n", "\n")
+
+
+@pytest.mark.timeout(240)
+def test_gains_with_no_noise_estimate_are_explained_and_a_deterministic_tier_stacks_them(
+    tmp_path: Path,
+) -> None:
+    assert SEED_NOISE_ONLY != RUN
+    unclear = RunningSwarm(tmp_path / "ws", swarm_project(tmp_path, agents=1, run=SEED_NOISE_ONLY))
+    try:
+        unclear.wait_ready()
+        query = "select count(*) as n from decisions where rule like '%equal on every seed%'"
+        wait_for(lambda: int(sql(unclear, query)[0]["n"]) > 0, timeout=150, interval=1.0)  # type: ignore[call-overload]
+    finally:
+        output = unclear.stop()
+    assert "rejected with no noise estimate" in output, output
+    assert "declare the tier `deterministic = true`" in output
+    which = next(line for line in output.splitlines() if line.strip().startswith("which:"))
+    command = which.split("which: ", 1)[1]
+    assert "sql" in command and "equal on every seed" in command
+
+    exact = TIER.replace("seeds = 2\nmax_seeds = 3\n", "deterministic = true\n")
+    again = tmp_path / "again"
+    again.mkdir()
+    declared = RunningSwarm(
+        again / "ws", swarm_project(again, agents=1, run=SEED_NOISE_ONLY, tier=exact)
+    )
+    try:
+        declared.wait_ready()
+        stacks = "select count(*) as n from champions where kind = 'STACK'"
+        wait_for(lambda: int(sql(declared, stacks)[0]["n"]) > 0, timeout=150, interval=1.0)  # type: ignore[call-overload]
+    finally:
+        declared.stop()
