@@ -72,6 +72,12 @@ CHAMPION_READ = (
     f"{API}.STREAM.INFO.{KV_STREAM}",
     f"{API}.STREAM.MSG.GET.{KV_STREAM}",
 )
+# Reading which jobs are on the work queue, by message (a restarted ladder puts back lost ones:
+# scale_ladder/service.py).
+JOBS_READ = (
+    f"{API}.STREAM.INFO.{JOBS_STREAM}",
+    f"{API}.STREAM.MSG.GET.{JOBS_STREAM}",
+)
 # Stream and consumer state, read-only (status lines, the live view).
 STATE_READ = (
     f"{API}.INFO",
@@ -106,6 +112,7 @@ PERMISSIONS: dict[Role, Permissions] = {
             f"$KV.{BUCKET}.>",
             *REPLAY,
             *CHAMPION_READ,
+            *JOBS_READ,
         ),
         subscribe=(LADDER_CONTROL_SUBJECT, INBOX),
         responses=True,

@@ -26,6 +26,7 @@ from bus.nats_bus import (
     enqueue_job,
     enqueue_run,
     publish_event,
+    queued_run_ids,
 )
 from bus.replay import replay_events
 from bus.roles import Role, authorization_block
@@ -253,3 +254,17 @@ async def test_wrong_password_and_token_are_refused(roles: RoleBus) -> None:
         with pytest.raises(BusUnavailable):
             await connect(settings, "intruder", timeout_s=1)
     assert oct(roles.server.run_dir.joinpath("nats-server.conf").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_the_ladder_may_read_which_jobs_are_queued(roles: RoleBus) -> None:
+    """A restarted ladder lists the work queue to put back lost jobs (scale_ladder/service.py):
+    its role may read the job stream's messages, and nothing else is asked of it."""
+    nc, errors = await roles.connect(Role.LADDER)
+    try:
+        job = spec()
+        await enqueue_job(nc.jetstream(), job)
+        assert await queued_run_ids(nc.jetstream()) == {job.run_id}
+        await asyncio.sleep(0.2)  # a refusal would arrive asynchronously
+        assert errors == []
+    finally:
+        await nc.close()
