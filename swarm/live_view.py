@@ -111,6 +111,7 @@ FROM lineage ORDER BY version DESC LIMIT {CHAMPIONS_SHOWN}"""
 
 # Seconds after `swarm start` during which a ledger that does not answer is still starting.
 STARTING_S = 30.0
+LEDGER_STARTING = "ledger: starting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +212,8 @@ class LiveSnapshot:
         if self.leaderboard:
             best = self.leaderboard[0]
             parts.append(f"best@tier{best.tier} {best.idea_id} {best.mean_metric:.4f}")
-        if self.error:
-            parts.append(f"error: {self.error}")
+        if self.error:  # a ledger still starting is no error
+            parts.append(self.error if self.error == LEDGER_STARTING else f"error: {self.error}")
         return for_terminal(" | ".join(parts), newlines=False)  # idea ids and errors included
 
 
@@ -303,7 +304,7 @@ def _problem(exc: BaseException, starting: bool = False) -> str:
     """What a ledger or bus that did not answer says; anything else is a bug and raises. While
     the swarm starts, a ledger not answering yet is expected (it was read as a failure)."""
     if isinstance(exc, LedgerUnavailable) and starting:
-        return "ledger: starting"
+        return LEDGER_STARTING
     if isinstance(exc, LedgerUnavailable | SqlError):
         return f"ledger: {exc}"
     if isinstance(exc, NatsError | TimeoutError):
