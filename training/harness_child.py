@@ -18,6 +18,7 @@ from typing import Any
 EXIT_RECIPE_ERROR = 1
 EXIT_BAD_MODEL = 3
 EXIT_NO_SANDBOX = 4  # the sandbox could not be applied and the user did not accept that
+NO_SANDBOX = "refused: the sandbox could not be applied"  # how its last line starts
 
 
 class Context:
@@ -71,7 +72,7 @@ def _confine(config: dict[str, Any]) -> None:
     print(f"sandbox: {', '.join(applied)}{unsafe}", file=sys.stderr, flush=True)
     if not complete and not config.get("unsafe_no_sandbox"):
         print(
-            f"refused: the sandbox could not be applied ({applied[0]}; {applied[1]}); "
+            f"{NO_SANDBOX} ({applied[0]}; {applied[1]}); "
             f"the recipe was not run (pass {sandbox.UNSAFE_FLAG} to run it anyway)",
             file=sys.stderr,
             flush=True,

@@ -20,7 +20,7 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
 from training.experiment_session import Cancelled, ChildGone, ExperimentSession, Progress, Stop
-from training.harness_child import EXIT_NO_SANDBOX
+from training.harness_child import EXIT_NO_SANDBOX, NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
@@ -146,9 +146,9 @@ def _experiment(
             process.kill()
             os.close(req_r)
             os.close(resp_w)
-    if code == EXIT_NO_SANDBOX:  # it said why, before any of the recipe ran
-        last = fd_tail(log).strip().splitlines()[-1:]
-        return RunStatus.REFUSED, (last[0] if last else "the sandbox could not be applied"), None
+    last = (fd_tail(log).strip().splitlines() or [""])[-1]
+    if code == EXIT_NO_SANDBOX and last.startswith(NO_SANDBOX):  # before any of the recipe ran
+        return RunStatus.REFUSED, last, None
     if code != 0:  # the pipe is drained: the log holds all the experiment wrote
         return (*outcome(code, fd_tail(log), limits.limits), None)
     if metric is None:
