@@ -128,6 +128,20 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.CRASH,
         "Operation not permitted",
     ),
+    # Takes its whole budget, then trains on the batches it kept for 6 s more (issue 16: 12 s
+    # of a 46 s run were counted as training).
+    "replay-after-budget": (
+        edit(
+            "    for x, y in ctx.batches(BATCH_SIZE):\n",
+            "    import itertools, time\n"
+            "    kept = list(ctx.batches(BATCH_SIZE))\n"
+            "    end = time.monotonic() + 6\n"
+            "    replay = itertools.cycle(kept)\n"
+            "    for x, y in itertools.takewhile(lambda _: time.monotonic() < end, replay):\n",
+        ),
+        RunStatus.CRASH,
+        "went on training after its budget",
+    ),
     # A user namespace would give the experiment every capability inside it (issue 16).
     "unshare": (
         inject(

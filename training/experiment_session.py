@@ -36,6 +36,12 @@ if TYPE_CHECKING:
 WATCH_INTERVAL_S = 0.25  # how often the scratch directory's size is checked during a run
 INFO_MAX_BYTES = 64 * 1024  # the experiment's facts for the summary: a few numbers
 SCRATCH_DEPTH_MAX = 32  # directories a run may nest in its scratch directory
+# Between the last batch and the evaluation a recipe finishes its step and returns its model:
+# a few steps' time. More is training the budget did not pay for (a red team replayed the
+# batches it had kept: 12 s of training counted in a 46 s run). At least AFTER_BUDGET_S, else
+# AFTER_BUDGET_STEPS times its mean step.
+AFTER_BUDGET_S = 3.0
+AFTER_BUDGET_STEPS = 3
 
 
 class Cancelled(Exception):
@@ -64,6 +70,7 @@ class Progress:
     tokens: int = 0
     started: float | None = None
     ended: float | None = None
+    last_batch: float | None = None  # when the last batch was handed over (monotonic)
     parameters: int = 0
     peak_mem_mb: float = 0.0
 
@@ -126,6 +133,7 @@ class ExperimentSession:
                 self.progress.parameters = _parameters(self.read(size))
             elif kind == b"E":
                 if evaluation is None:
+                    self._check_after_budget(time.monotonic())
                     self.progress.ended = self.progress.ended or time.monotonic()
                     self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)
                     context = int(self.spec.dials["context"])
@@ -156,6 +164,21 @@ class ExperimentSession:
             else:
                 raise Stop(RunStatus.CRASH, f"protocol violation: unknown request {kind!r}")
 
+    def _check_after_budget(self, now: float) -> None:
+        """Stop a run that kept training after its last batch (module constants)."""
+        progress = self.progress
+        if progress.last_batch is None or progress.started is None or not progress.steps:
+            return
+        step = (progress.last_batch - progress.started) / progress.steps
+        allowed = max(AFTER_BUDGET_S, AFTER_BUDGET_STEPS * step)
+        idle = now - progress.last_batch
+        if idle > allowed:
+            raise Stop(
+                RunStatus.CRASH,
+                f"went on training after its budget: {idle:.1f}s from its last batch to its "
+                f"evaluation, where finishing a step takes at most {allowed:.1f}s",
+            )
+
     def batch(self, batch: int, context: int) -> tuple[bytes, float]:
         """The next batch, or b"" once the budget is spent; with the share of budget spent.
         Under a token budget a batch never takes the run past it: one that would is cut to the
@@ -181,6 +204,7 @@ class ExperimentSession:
         rows = torch.stack([train[s : s + context + 1] for s in starts.tolist()])
         progress.steps += 1
         progress.tokens += batch * context
+        progress.last_batch = now
         return rows.numpy().tobytes(), spent
 
     def read(self, n: int) -> bytes:
