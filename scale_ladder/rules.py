@@ -54,6 +54,9 @@ MIN_PAIRS_FOR_POOLED_SIGMA = 6
 # gain on every seed, up to such jitter (found by a red team at 1e-9 and 1e-7).
 ROUNDING = 1e-6
 SEED_IGNORED = "seed_ignored"  # the rule of a tier held because its baseline ignores the seed
+# In the rule of a verdict whose paired gains were equal on every seed (the exit summary finds
+# such ideas by it)
+EQUAL_GAINS = "the paired gains are equal on every seed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +219,7 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         f"minimum {needed:.4g}"
     )
     if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
-        numbers += "; σ_d ≈ 0 (the paired gains are equal on every seed): no noise estimate"
+        numbers += f"; σ_d ≈ 0 ({EQUAL_GAINS}): no noise estimate"
     elif delta - gate > 0 and delta >= needed:
         if rule.confirm_wins and n < 2 <= rule.max_seeds:  # racing's one seed: see the rule
             why = f"a win on one seed, confirmed on a second: {numbers}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from scale_ladder.rules import EQUAL_GAINS
 from swarm.config import SwarmConfig
 from swarm.follow_up import swarm_command
 from swarm.ladder_process import target_info
@@ -26,14 +27,12 @@ LATEST_SQL = "SELECT max(version) AS v FROM champions"
 HELD_SQL = """SELECT tier, arg_max(rule, created_at) AS rule FROM decisions
     WHERE idea_id = '' AND verdict = 'HELD' GROUP BY tier ORDER BY tier"""
 
-# Ideas rejected with no noise estimate: their paired gains were the same on every seed.
-UNJUDGED_SQL = """SELECT tier, count(DISTINCT idea_id) AS n FROM decisions
-    WHERE verdict = 'REJECT' AND rule LIKE '%paired gains are equal on every seed%'
+# Ideas rejected with no noise estimate: their paired gains were the same on every seed. One
+# condition for the count and the query the summary suggests.
+UNJUDGED = f"verdict = 'REJECT' AND rule LIKE '%{EQUAL_GAINS}%'"
+UNJUDGED_SQL = f"""SELECT tier, count(DISTINCT idea_id) AS n FROM decisions WHERE {UNJUDGED}
     GROUP BY tier ORDER BY tier"""
-
-UNJUDGED_EXAMPLE = (
-    "select idea_id, tier, delta from decisions where rule like '%equal on every seed%'"
-)
+UNJUDGED_EXAMPLE = f"select idea_id, tier, delta from decisions where {UNJUDGED}"
 
 EXAMPLES = [
     "select * from leaderboard limit 10",

@@ -263,11 +263,21 @@ def test_a_checkpoint_linked_to_another_runs_is_not_scored(project: Path, tmp_pa
     assert "No such file" in result.log_tail, result.log_tail
 
 
+def run_script(tmp_path: Path, script: str) -> RunResult:
+    """One stage, `python train.py` in a project holding `script`, that must end OK."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(script)
+    reader = MetricReader("val_loss")
+    one = CommandTarget(project, "train.py", "python train.py", reader, skip=(tmp_path / "ws",))
+    result = run(one, tmp_path / "ws")
+    assert result.status == RunStatus.OK, result.reason
+    return result
+
+
 def test_no_stage_reads_the_workspace_or_reaches_the_network(tmp_path: Path) -> None:
     """One stage, no held-out files: the bus passwords in the workspace stay unread and no
     packet leaves (Landlock bars TCP only; UDP was a red team's way out)."""
-    project = tmp_path / "project"
-    project.mkdir()
     secret = tmp_path / "ws" / "run" / "trainer.creds.json"
     secret.parent.mkdir(parents=True)
     secret.write_text('{"password": "hunter2"}')
@@ -275,19 +285,15 @@ def test_no_stage_reads_the_workspace_or_reaches_the_network(tmp_path: Path) -> 
     listener.bind(("127.0.0.1", 0))
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
-    (project / "train.py").write_text(
+    result = run_script(
+        tmp_path,
         "import socket\n"
         f"try:\n    print(open({str(secret)!r}).read())\n"
         "except OSError as e:\n    print('read', e)\n"
         "try:\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
         f"    s.sendto(b'out', ('127.0.0.1', {port}))\nexcept OSError as e:\n    print('udp', e)\n"
-        "print('val_loss: 1.0')\n"
+        "print('val_loss: 1.0')\n",
     )
-    one = CommandTarget(
-        project, "train.py", "python train.py", MetricReader("val_loss"), skip=(tmp_path / "ws",)
-    )
-    result = run(one, tmp_path / "ws")
-    assert result.status == RunStatus.OK, result.reason
     assert "hunter2" not in result.log_tail and "read [Errno 13]" in result.log_tail
     assert "udp [Errno 1]" in result.log_tail, result.log_tail
     with pytest.raises(TimeoutError):
@@ -300,11 +306,10 @@ def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
 ) -> None:
     """A command target may fork and exec, but not `unshare` (a user namespace holds every
     capability) nor `prlimit` another process (a red team killed one with a 1 s CPU limit)."""
-    project = tmp_path / "project"
-    project.mkdir()
     outside = subprocess.Popen(["sleep", "60"])
     try:
-        (project / "train.py").write_text(
+        result = run_script(
+            tmp_path,
             "import subprocess\n"
             "for cmd in (['unshare', '--user', 'true'],\n"
             f"            ['prlimit', '--pid', '{outside.pid}', '--cpu=1:1']):\n"
@@ -312,12 +317,8 @@ def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
             "    print(cmd[0], done.returncode, done.stderr.strip())\n"
             "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "print('shmget', libc.shmget(0, 1 << 20, 0o1000 | 0o600), ctypes.get_errno())\n"
-            "print('val_loss: 1.0')\n"
+            "print('val_loss: 1.0')\n",
         )
-        reader = MetricReader("val_loss")
-        one = CommandTarget(project, "train.py", "python train.py", reader, skip=(tmp_path / "ws",))
-        result = run(one, tmp_path / "ws")
-        assert result.status == RunStatus.OK, result.reason
         lines = result.log_tail.splitlines()
         assert any(line.startswith("unshare 1 ") for line in lines), result.log_tail
         assert any(line.startswith("prlimit 1 ") for line in lines), result.log_tail
@@ -334,18 +335,13 @@ def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
 def test_nothing_a_command_starts_outlives_its_run(tmp_path: Path) -> None:
     """A descendant that leaves the process group (`setsid`, here twice removed) is adopted by
     the trainer and killed with the stage: a red team kept one running after its run."""
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "train.py").write_text(
+    result = run_script(
+        tmp_path,
         "import subprocess, sys\n"
         "daemon = 'import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n"
         '    print("DAEMON", os.getpid(), flush=True)\\n    time.sleep(60)\\n\'\n'
         "subprocess.run([sys.executable, '-c', daemon])\n"
-        "print('val_loss: 1.0')\n"
+        "print('val_loss: 1.0')\n",
     )
-    reader = MetricReader("val_loss")
-    one = CommandTarget(project, "train.py", "python train.py", reader, skip=(tmp_path / "ws",))
-    result = run(one, tmp_path / "ws")
-    assert result.status == RunStatus.OK, result.reason
     (daemon,) = [int(line.split()[1]) for line in result.log_tail.splitlines() if "DAEMON" in line]
     assert not Path(f"/proc/{daemon}").exists(), "the daemon outlived its run"

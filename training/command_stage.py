@@ -2,8 +2,8 @@
 
 Every stage runs with the hard wall-clock limit, rlimits, a scrubbed environment and writes
 only into its own folder; what else it may read and whether it has a network is its `Reach`
-(command_target decides both). Its log is read through the handle the runner opened, never
-through a path the command could replace.
+(command_target decides both). Its output reaches its log through a pipe (log_pipe.py), and
+what it leaves running is killed with it (descendants.py).
 """
 
 from __future__ import annotations

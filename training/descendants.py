@@ -26,10 +26,17 @@ def become_subreaper() -> bool:
     return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
 
 
-def started_at(pid: int) -> int:
-    """When the process started, in clock ticks since boot (/proc/<pid>/stat, field 22)."""
+def _stat(pid: int | str) -> tuple[int, int]:
+    """A process's parent and start time (clock ticks since boot), from /proc/<pid>/stat
+    (fields 4 and 22, counted after the command name, which may hold spaces)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[19])
+
+
+def started_at(pid: int) -> int:
+    """When the process started, in clock ticks since boot."""
+    return _stat(pid)[1]
 
 
 def adopted_since(ticks: int) -> list[int]:
@@ -39,9 +46,8 @@ def adopted_since(ticks: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[1]) == me and int(fields[19]) >= ticks:
+            parent, started = _stat(entry.name)
+            if parent == me and started >= ticks:
                 found.append(int(entry.name))
     return found
 
