@@ -110,7 +110,7 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
                 "    return model\n", "    return torch.nn.Sequential(model, torch.nn.Flatten())\n"
             ),
             RunStatus.CRASH,
-            "model returned (16, 4096), expected (16, 16, 256)",
+            "model returned (32, 4096), expected (32, 16, 256)",
         ),
         (inject("import sys\nsys.exit(0)"), RunStatus.CRASH, "exited before its evaluation"),
         (patch_for("x = 1\n", "harness.py"), RunStatus.REFUSED, "only 'recipe.py' may change"),
@@ -228,21 +228,43 @@ def _peeker(condition: str, offset: str) -> str:
 
 # The evaluation of a red team's: it replaces the harness's own loop (the experiment's process
 # is the recipe's) and peeks at the next input byte, with every logit raised by 1e6.
-HOOKED_EVALUATION = inject(
-    """import training.harness_child as hc
-import training.protocol as p
-def hooked(model, req, resp):
-    while True:
-        p.write_all(req, b"E")
-        n, c = p.EVAL_ANSWER.unpack(p.read_exact(resp, p.EVAL_ANSWER.size))
-        if n == 0:
-            return
-        rows = torch.frombuffer(bytearray(p.read_exact(resp, n * c)), dtype=torch.uint8)
-        rows = rows.view(n, c).long()
-        logits = torch.full((n, c, p.VOCAB), 1e6)
-        logits[:, :-1].scatter_(2, rows[:, 1:].unsqueeze(-1), 1e6 + 40.0)
-        p.write_all(req, b"O" + logits.float().numpy().tobytes())
-hc._evaluate = hooked"""
+# Hooks the evaluation process itself: unpickling the model there patches the harness's
+# protocol, to answer each batch with logits that read the next input byte (the targets).
+HOOKED_EVALUATION = edit(
+    "    return model\n",
+    """    import training.protocol as p
+
+    def hook_then(inner):
+        read, write, seen = p.read_exact, p.write_all, {}
+
+        def read_exact(fd, n):
+            seen["data"] = read(fd, n)
+            return seen["data"]
+
+        def write_all(fd, data):
+            if data[:1] == b"O":  # the inputs were the last read: answer with what follows
+                rows = torch.frombuffer(bytearray(seen["data"]), dtype=torch.uint8).long()
+                logits = torch.zeros(rows.numel(), 256)
+                logits[:-1].scatter_(1, rows[1:].unsqueeze(-1), 40.0)
+                data = b"O" + logits.numpy().tobytes()
+            return write(fd, data)
+
+        p.read_exact, p.write_all = read_exact, write_all
+        return inner
+
+    class Hooked(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+        def __reduce__(self):
+            return hook_then, (self.inner,)
+
+    return Hooked(model)
+""",
 )
 
 
@@ -264,15 +286,24 @@ def test_a_model_that_looks_ahead_is_refused_however_it_hides(
 
 
 # Reads the next input byte (non-causal), except over the prefix a window shares with one it
-# was sent before: there it replays what it answered then (so a probe's twin matches it).
+# was sent before: there it replays what it answered then (so a probe's twin would match it). It
+# keeps what it has seen in memory and tries to carry it on in a file; each batch is answered by
+# a fresh process that can write nothing, so it never sees a window twice.
 REPLAYING_PEEKER = edit(
     "    return model\n",
-    """    class Peek(torch.nn.Module):
+    """    import pickle
+
+    class Peek(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model, self.seen = model, []
 
         def forward(self, x):
+            try:
+                with open("seen.pkl", "rb") as f:
+                    self.seen += pickle.load(f)
+            except Exception:
+                pass
             honest = self.model(x)
             out = honest.clone()
             out[:, :-1] += 30 * F.one_hot(x[:, 1:], 256)
@@ -282,6 +313,12 @@ REPLAYING_PEEKER = edit(
                     if shared >= 4:
                         out[i, :shared] = old_out[:shared]
                 self.seen.append((row.clone(), out[i].clone()))
+            for where in ("seen.pkl", "/tmp/seen.pkl", "/dev/shm/seen.pkl"):
+                try:
+                    with open(where, "wb") as f:
+                        pickle.dump(self.seen, f)
+                except Exception:
+                    pass
             return out
 
     return Peek()
@@ -289,16 +326,51 @@ REPLAYING_PEEKER = edit(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known hole: the causality probes compare logits over a prefix that a probe and its "
-    "window share, which a model that remembers the windows it was sent can replay",
-)
 def test_a_non_causal_model_that_remembers_its_windows_is_caught(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    """Was a known hole while one process answered every batch (a strict xfail pinned it)."""
+    result = run(corpus, tmp_path, REPLAYING_PEEKER, seed=7)
+    assert result.status == RunStatus.REFUSED, (result.status, result.metric, result.reason)
+    assert "non-causal model" in result.reason and result.metric is None
+
+
+# Prints every window it is sent (so a later run could read them in this one's log tail), and
+# tries to leave them in a file; otherwise an honest model.
+WINDOW_PRINTER = edit(
+    "    return model\n",
+    """    class Printer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            text = "WINDOW " + bytes(x.to(torch.uint8).flatten().tolist()).hex()
+            for say in (lambda: print(text, flush=True), lambda: open("w.txt", "w").write(text)):
+                try:
+                    say()
+                except Exception:
+                    pass
+            return self.model(x)
+
+    return Printer()
+""",
+)
+
+
+def test_what_a_model_prints_while_evaluated_reaches_no_one(
     corpus: Corpus, tmp_path: Path, baseline: float
 ) -> None:
-    result = run(corpus, tmp_path, REPLAYING_PEEKER, seed=7)
-    assert result.metric is None or result.metric >= baseline, (result.status, result.metric)
+    """The red team printed the eval windows into four runs' log tails and recalled them in a
+    fifth: nothing an evaluation process prints is kept, and it can write no file."""
+    result = run(corpus, tmp_path, WINDOW_PRINTER, seed=7, log_dir=tmp_path / "logs")
+    assert result.status == RunStatus.OK and result.metric == baseline, result.reason
+    # Printed once in training (_check_shape's dummy batch, all zeros): never a real window.
+    kept = (tmp_path / "logs" / f"{result.run_id}.log").read_text()
+    printed = [line for line in kept.splitlines() if line.startswith("WINDOW")]
+    assert printed and all(set(line.split()[1]) == {"0"} for line in printed), printed
+    assert "WINDOW" not in result.log_tail.replace(printed[0], "")
+    assert not list(tmp_path.rglob("w.txt"))
 
 
 def test_limits_and_capabilities_apply(corpus: Corpus, tmp_path: Path) -> None:

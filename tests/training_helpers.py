@@ -268,15 +268,15 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.CRASH,
         "non-finite logits",
     ),
-    # Rewires the harness through the stack: it then skips the evaluation.
+    # Rewires the harness through the stack: it then hands over no model to evaluate.
     "harness-rewired": (
         inject(
             "import inspect\nfor info in inspect.stack():\n"
-            "    if '_evaluate' in info.frame.f_globals:\n"
-            "        info.frame.f_globals['_evaluate'] = lambda *args: None"
+            "    if '_hand_over' in info.frame.f_globals:\n"
+            "        info.frame.f_globals['_hand_over'] = lambda *args: None"
         ),
         RunStatus.CRASH,
-        "exited before its evaluation finished",
+        "ended without saving its model",
     ),
 }
 if platform.machine() == "x86_64":  # int 0x80 reaches the i386 syscall table

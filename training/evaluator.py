@@ -12,6 +12,9 @@ any other (the same size, the twin at a random place among windows of the val sp
 noted that a model could be causal only in batches of one, which is what probes used to be.
 Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
 to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
+Each batch is answered by a fresh process (fresh_eval.py), so a model cannot remember a real
+window and replay it for its twin; within a batch, a prediction that uses the other windows
+(dynamic evaluation across rows) changes with them and is refused by the same probe.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch.nn.functional as F
 
 from training.protocol import VOCAB
 
-EVAL_BATCH = 16  # windows per batch sent to the experiment
+EVAL_BATCH = 32  # windows per batch: one fresh evaluation process each (fresh_eval.py)
 PROBES = 2  # twin windows per evaluation
 PROBE_TOLERANCE = 1e-3  # max |Δ log-probability| over the shared prefix for a causal model
 
@@ -70,7 +73,9 @@ class Evaluation:
             # The twin among windows of the val split, as many as a real batch holds.
             size = len(real[0])
             row = rng.randrange(size)
-            cover = [windows[rng.randrange(len(windows))] for _ in range(size - 1)]
+            # Never the twin's own window: a model may compare the rows of one batch.
+            others = [i for i in range(len(windows)) if i != index] or [index]
+            cover = [windows[rng.choice(others)] for _ in range(size - 1)]
             twins.append((torch.stack([*cover[:row], twin, *cover[row:]]), row))
         every = max(1, len(real) // PROBES)
         first = 0
@@ -79,9 +84,13 @@ class Evaluation:
             self.batches.append(batch)
             first += len(batch)
             if i % every == 0 and twins:
-                probe_batch, row = twins.pop(0)
-                self._probe_batch[len(self.batches)] = (PROBES - len(twins) - 1, row)
-                self.batches.append(probe_batch)
+                self._add_probe(*twins.pop(0))
+        while twins:  # fewer real batches than probes
+            self._add_probe(*twins.pop(0))
+
+    def _add_probe(self, probe_batch: torch.Tensor, row: int) -> None:
+        self._probe_batch[len(self.batches)] = (len(self._probe_batch), row)
+        self.batches.append(probe_batch)
 
     def _windows(self) -> torch.Tensor:
         n = max(1, self.n_tokens // self.context)
@@ -128,6 +137,7 @@ class Evaluation:
         if not delta <= PROBE_TOLERANCE:
             raise NonCausalModel(
                 f"non-causal model: log-probabilities at positions 0..{split} changed by "
-                f"{delta:.3g} when only bytes after position {split + 1} changed; "
-                "predictions must not see the future"
+                f"{delta:.3g} when only bytes after position {split + 1} changed; a "
+                "prediction may depend only on the earlier bytes of its own window (not on later "
+                "ones, nor on the other windows of its batch)"
             )

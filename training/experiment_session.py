@@ -1,11 +1,13 @@
-"""The runner's side of one bytelm experiment while it runs: the pipe protocol and its watch.
+"""The runner's side of one bytelm experiment process while it runs: the pipe protocol and its
+watch.
 
-An `ExperimentSession` answers the experiment's requests (training batches until the budget is
-spent, then the evaluation windows, whose logits it scores), and between every read and write
-checks the deadline, a trainer shutting down and the scratch directory's disk quota. Whatever
-the experiment does wrong ends the session with a `Stop` (a status and a reason); an experiment
-that exits or closes its pipe early raises `ChildGone`. `Progress` records what the run did for
-its RunResult.
+An `ExperimentSession` answers one process: the training stage's requests (`train`: batches
+until the budget is spent, until it hands over its model), or one evaluation process's request
+for its windows (`answer_windows`, whose logits it scores). Between every read and write it
+checks the run's deadline, a trainer shutting down and the scratch directory's disk quota.
+Whatever the experiment does wrong ends the session with a `Stop` (a status and a reason); a
+process that exits or closes its pipe early raises `ChildGone`. `Progress` records what the run
+did for its RunResult.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import select
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +29,7 @@ import torch
 from bus.messages import BudgetKind, RunSpec, RunStatus
 from training import protocol as p
 from training.corpus import Corpus
-from training.evaluator import Evaluation, InvalidLogits, NonCausalModel
+from training.evaluator import Evaluation, InvalidLogits
 from training.process_outcome import disk_usage, peak_rss_mb
 from training.zygote import Experiment
 
@@ -93,7 +96,7 @@ class Progress:
 
 @dataclass
 class ExperimentSession:
-    """The runner's side of one experiment's pipe protocol."""
+    """The runner's side of one experiment process's pipe protocol, under the run's deadline."""
 
     spec: RunSpec
     corpus: Corpus
@@ -104,17 +107,15 @@ class ExperimentSession:
     resp: int
     progress: Progress
     cancel: threading.Event | None
-    deadline: float = 0.0
+    deadline: float  # monotonic: the run's, shared by its training and evaluation processes
     next_disk_check: float = 0.0
+    windows_sent: bool = False
 
     def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + self.limits.time_limit_s
         self.generator = torch.Generator().manual_seed(self.spec.seed)  # same seed, same data
 
-    def serve(self) -> float:
-        """Answer the experiment's requests until its evaluation is done; return val_bpb."""
-        evaluation: Evaluation | None = None
-        batch_index = 0
+    def train(self) -> None:
+        """Answer the training stage's requests until it has saved its model."""
         while True:
             kind = self.read(1)
             if kind == b"B":
@@ -126,57 +127,67 @@ class ExperimentSession:
                 if not math.isfinite(loss):
                     steps = self.progress.steps
                     raise Stop(RunStatus.CRASH, f"non-finite loss ({loss}) at step {steps}")
-            elif kind == b"I":
+            elif kind == b"I":  # sent as train() returns: the budget's end is checked here
+                last = self.progress.last_batch
+                self._check_after_budget(last, "its last batch to its evaluation")
+                self.progress.ended = self.progress.ended or time.monotonic()
+                self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)  # alive: it waits
                 (size,) = p.INFO.unpack(self.read(p.INFO.size))
                 if size > INFO_MAX_BYTES:
                     raise Stop(RunStatus.CRASH, f"protocol violation: {size} bytes of info")
                 self.progress.parameters = _parameters(self.read(size))
-            elif kind == b"E":
-                if evaluation is None:
-                    self._check_after_budget(time.monotonic())
-                    self.progress.ended = self.progress.ended or time.monotonic()
-                    self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)
-                    context = int(self.spec.dials["context"])
-                    evaluation = Evaluation(self.corpus.val, context, self.limits.eval_tokens)
-                if batch_index == len(evaluation.batches):
-                    self.write(p.EVAL_ANSWER.pack(0, 0))
-                    try:
-                        metric = evaluation.finish()
-                        self.progress.evaluated = time.monotonic()
-                        return metric
-                    except NonCausalModel as exc:
-                        raise Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
-                windows = evaluation.batches[batch_index]
-                n, context = len(windows), windows.shape[1] - 1
-                # Inputs only: a window's targets stay here, where the loss is computed (a red
-                # team's hook on the harness read them and scored 1e-15).
-                inputs = windows[:, :-1].contiguous().numpy().tobytes()
-                self.write(p.EVAL_ANSWER.pack(n, context) + inputs)
-                if self.read(1) != b"O":
-                    raise Stop(RunStatus.CRASH, "protocol violation: expected logits")
-                raw = self.read(n * context * p.VOCAB * 4)
-                logits = torch.frombuffer(bytearray(raw), dtype=torch.float32)
-                try:
-                    evaluation.take(batch_index, logits.view(n, context, p.VOCAB))
-                except InvalidLogits as exc:
-                    raise Stop(RunStatus.CRASH, f"evaluation failed: {exc}") from None
-                batch_index += 1
+            elif kind == b"D":
+                if self.progress.ended is None:
+                    raise Stop(RunStatus.CRASH, "protocol violation: a model before its info")
+                # Saving takes less than a step: more is training after the budget again.
+                self._check_after_budget(
+                    self.progress.ended, "its training's end to its saved model"
+                )
+                peak = peak_rss_mb(self.process.pid)  # 0 if it has exited since
+                self.progress.peak_mem_mb = max(self.progress.peak_mem_mb, peak)
+                return
             else:
                 raise Stop(RunStatus.CRASH, f"protocol violation: unknown request {kind!r}")
 
-    def _check_after_budget(self, now: float) -> None:
-        """Stop a run that kept training after its last batch (module constants)."""
+    def answer_windows(
+        self, evaluation: Evaluation, index: int, before_windows: Callable[[], None]
+    ) -> None:
+        """Send batch `index`'s windows (inputs only) to this evaluation process and score its
+        logits; `before_windows` runs once it has asked, before it is sent anything."""
+        if self.read(1) != b"E":
+            raise Stop(RunStatus.CRASH, "protocol violation: expected a request for windows")
+        before_windows()
+        windows = evaluation.batches[index]
+        n, context = len(windows), windows.shape[1] - 1
+        # Inputs only: a window's targets stay here, where the loss is computed (a red team's
+        # hook on the harness read them and scored 1e-15).
+        self.windows_sent = True
+        self.write(p.EVAL_ANSWER.pack(n, context) + windows[:, :-1].contiguous().numpy().tobytes())
+        if self.read(1) != b"O":
+            raise Stop(RunStatus.CRASH, "protocol violation: expected logits")
+        raw = self.read(n * context * p.VOCAB * 4)
+        logits = torch.frombuffer(bytearray(raw), dtype=torch.float32)
+        try:
+            evaluation.take(index, logits.view(n, context, p.VOCAB))
+        except InvalidLogits as exc:
+            raise Stop(RunStatus.CRASH, f"evaluation failed: {exc}") from None
+
+    def _check_after_budget(self, since: float | None, what: str) -> None:
+        """Stop a run that kept training after its last batch: more than a few steps' time
+        (module constants) from `since` to now."""
         progress = self.progress
-        if progress.last_batch is None or progress.started is None or not progress.steps:
+        if since is None or progress.last_batch is None or progress.started is None:
+            return
+        if not progress.steps:
             return
         step = (progress.last_batch - progress.started) / progress.steps
         allowed = max(AFTER_BUDGET_S, AFTER_BUDGET_STEPS * step)
-        idle = now - progress.last_batch
+        idle = time.monotonic() - since
         if idle > allowed:
             raise Stop(
                 RunStatus.CRASH,
-                f"went on training after its budget: {idle:.1f}s from its last batch to its "
-                f"evaluation, where finishing a step takes at most {allowed:.1f}s",
+                f"went on training after its budget: {idle:.1f}s from {what}, "
+                f"where finishing a step takes at most {allowed:.1f}s",
             )
 
     def batch(self, batch: int, context: int) -> tuple[bytes, float]:

@@ -1,8 +1,12 @@
-"""The experiment process: confine itself, import the recipe, train, hand logits to the runner.
+"""The experiment's processes: confine, train and hand over the model; or evaluate one batch.
 
-Run by the runner as `python -m training.harness_child CONFIG_JSON` with two pipe fds. Nothing
-here decides the metric: batches come from the runner, which stops them when the budget is spent,
-and the runner computes val_bpb from the logits this process returns.
+Run by the runner (forked from the zygote, or as `python -m training.harness_child CONFIG_JSON`)
+with two pipe fds, in one of two stages:
+- "train": import the recipe, train it on the batches the runner sends (it stops them when the
+  budget is spent), save the trained model to `model.pt` and end;
+- "evaluate": load that model in a fresh process that has seen no other window, answer one batch
+  of evaluation windows with logits, and end (see training/fresh_eval.py for why).
+Nothing here decides the metric: the runner computes val_bpb from the logits it receives.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 EXIT_RECIPE_ERROR = 1
 EXIT_BAD_MODEL = 3
 EXIT_NO_SANDBOX = 4  # the sandbox could not be applied and the user did not accept that
+EXIT_MODEL_LOAD = 5  # an evaluation process could not load the trained model
+MODEL_FILE = "model.pt"  # what the training stage leaves for the evaluation processes
 NO_SANDBOX = "refused: the sandbox could not be applied"  # how its last line starts
 
 
@@ -56,20 +62,25 @@ class Context:
         p.write_all(self._req, b"L" + p.LOSS.pack(float(loss)))
 
 
-def _confine(config: dict[str, Any]) -> None:
+def _confine(config: dict[str, Any], write: list[Path]) -> None:
+    """Landlock (read the Python install and `scratch`; write only `write`), seccomp, no
+    capabilities; exits with EXIT_NO_SANDBOX where they cannot apply, unless the user said so."""
     from training import sandbox
 
     scratch = Path(config["scratch"])
     package = Path(__file__).resolve().parent
-    read = sandbox.python_read_paths([package, *map(Path, config.get("extra_read", []))])
+    read = sandbox.python_read_paths([package, scratch])
     if config["device"].startswith("cuda"):
         read.append(Path("/dev"))
-    applied = [sandbox.restrict_filesystem(read, [scratch], reads_all=False)]
+        # CUDA opens its device files read-write (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN)
+        write = [*write, *sorted(Path("/dev").glob("nvidia*"))]
+    applied = [sandbox.restrict_filesystem(read, write, reads_all=False)]
     applied.append(sandbox.restrict_syscalls())
     applied.append(sandbox.drop_capabilities())
     complete = applied[0].startswith("landlock abi") and applied[1] == "seccomp"
     unsafe = "" if complete else f" (unconfined: {sandbox.UNSAFE_FLAG})"
-    print(f"sandbox: {', '.join(applied)}{unsafe}", file=sys.stderr, flush=True)
+    if config.get("stage") != "evaluate" or not complete:  # once per run, not per batch
+        print(f"sandbox: {', '.join(applied)}{unsafe}", file=sys.stderr, flush=True)
     if not complete and not config.get("unsafe_no_sandbox"):
         print(
             f"{NO_SANDBOX} ({applied[0]}; {applied[1]}); "
@@ -80,26 +91,64 @@ def _confine(config: dict[str, Any]) -> None:
         sys.exit(EXIT_NO_SANDBOX)
 
 
-def _evaluate(model: Any, req: int, resp: int) -> None:
+def _evaluate_one_batch(config: dict[str, Any]) -> None:
+    """Load the trained model, then answer the one batch of windows this process is sent.
+    The runner keeps what this process prints only until it asks for the windows."""
     import torch
 
     from training import protocol as p
 
+    req, resp = config["req_fd"], config["resp_fd"]
+    try:
+        model = torch.load(
+            Path(config["scratch"]) / MODEL_FILE,
+            map_location=config["device"],
+            weights_only=False,  # the model's classes travel by value (cloudpickle)
+        )
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{MODEL_FILE} holds a {type(model).__name__}, not a torch.nn.Module")
+        model.eval()
+    except Exception:
+        traceback.print_exc()
+        print("the trained model could not be loaded for evaluation", file=sys.stderr, flush=True)
+        sys.exit(EXIT_MODEL_LOAD)
+    p.write_all(req, b"E")
+    n, context = p.EVAL_ANSWER.unpack(p.read_exact(resp, p.EVAL_ANSWER.size))
+    data = bytearray(p.read_exact(resp, n * context))  # the inputs: targets stay outside
+    rows = torch.frombuffer(data, dtype=torch.uint8).view(n, context)
+    with torch.no_grad():
+        logits = model(rows.long().to(config["device"]))
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (n, context, p.VOCAB):
+        sys.exit(EXIT_BAD_MODEL)
+    p.write_all(req, b"O" + logits.detach().float().cpu().numpy().tobytes())
+
+
+def _check_shape(model: Any, config: dict[str, Any]) -> None:
+    """Say here, where the recipe's output is kept, if its logits have the wrong shape: an
+    evaluation process may only exit (its text is not kept)."""
+    import torch
+
+    from training import protocol as p
+    from training.evaluator import EVAL_BATCH
+
+    n, context = EVAL_BATCH, config["dials"]["context"]
     model.eval()
-    while True:
-        p.write_all(req, b"E")
-        n, context = p.EVAL_ANSWER.unpack(p.read_exact(resp, p.EVAL_ANSWER.size))
-        if n == 0:
-            return
-        data = bytearray(p.read_exact(resp, n * context))  # the inputs: targets stay outside
-        rows = torch.frombuffer(data, dtype=torch.uint8).view(n, context)
-        with torch.no_grad():
-            logits = model(rows.long().to(next(model.parameters()).device))
-        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (n, context, p.VOCAB):
-            shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
-            print(f"model returned {shape}, expected {(n, context, p.VOCAB)}", file=sys.stderr)
-            sys.exit(EXIT_BAD_MODEL)
-        p.write_all(req, b"O" + logits.detach().float().cpu().numpy().tobytes())
+    with torch.no_grad():
+        logits = model(torch.zeros(n, context, dtype=torch.long, device=config["device"]))
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (n, context, p.VOCAB):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits)
+        print(f"model returned {shape}, expected {(n, context, p.VOCAB)}", file=sys.stderr)
+        sys.exit(EXIT_BAD_MODEL)
+
+
+def _hand_over(model: Any, scratch: Path) -> None:
+    """Save the trained model for the evaluation processes. cloudpickle carries the recipe's
+    classes by value (recipe.py is not importable there, and a class may be local to train());
+    a torch.compile wrapper is saved as the module it wraps."""
+    import cloudpickle  # type: ignore[import-untyped]
+    import torch
+
+    torch.save(getattr(model, "_orig_mod", model), scratch / MODEL_FILE, pickle_module=cloudpickle)
 
 
 def main() -> None:
@@ -109,21 +158,27 @@ def main() -> None:
         zygote.serve(int(sys.argv[2]))
     else:
         run_experiment(json.loads(sys.argv[1]))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # as a fork of the zygote ends: threads the recipe left do not hold it
 
 
 def run_experiment(config: dict[str, Any]) -> None:
-    """Confine this process, then train and evaluate the recipe; exits through sys.exit."""
-    req, resp = config["req_fd"], config["resp_fd"]
+    """Confine this process, then run its stage (module docstring); exits through sys.exit."""
     import torch
 
     if not config["device"].startswith("cuda"):
         torch.set_num_threads(1)
-    _confine(config)
-    os.chdir(config["scratch"])
+    if config.get("stage") == "evaluate":
+        _confine(config, write=[])  # nothing to write anywhere: no state outlives the batch
+        _evaluate_one_batch(config)
+        return
+    req, resp = config["req_fd"], config["resp_fd"]
+    scratch = Path(config["scratch"])
+    _confine(config, write=[scratch])
+    os.chdir(scratch)
     try:
-        spec = importlib.util.spec_from_file_location(
-            "recipe", Path(config["scratch"]) / "recipe.py"
-        )
+        spec = importlib.util.spec_from_file_location("recipe", scratch / "recipe.py")
         assert spec is not None and spec.loader is not None
         recipe = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(recipe)
@@ -141,10 +196,17 @@ def run_experiment(config: dict[str, Any]) -> None:
     info = json.dumps({"parameters": sum(t.numel() for t in model.parameters())}).encode()
     p.write_all(req, b"I" + p.INFO.pack(len(info)) + info)
     try:
-        _evaluate(model, req, resp)
+        _check_shape(model, config)
     except Exception:
         traceback.print_exc()
         sys.exit(EXIT_RECIPE_ERROR)
+    try:
+        _hand_over(model, scratch)
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"the trained model could not be saved for evaluation: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_MODEL)
+    p.write_all(req, b"D")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,21 @@ class _Pump(threading.Thread):
             return True
         if not chunk:
             return False
+        self._keep(chunk)
+        return True
+
+    def drain_now(self) -> None:
+        """Copy what the pipe holds at this moment, without waiting for more."""
+        while True:
+            try:
+                chunk = os.read(self.read, READ_BYTES)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._keep(chunk)
+
+    def _keep(self, chunk: bytes) -> None:
         room = max(0, self.cap - self.written)
         if room:
             os.write(self.log, chunk[:room])
@@ -71,7 +86,6 @@ class _Pump(threading.Thread):
             self.dropped += len(rest)
             self.tail += rest
             del self.tail[: max(0, len(self.tail) - LOG_KEEP_BYTES)]
-        return True
 
     def finish(self) -> None:
         self.join(DRAIN_S)
@@ -98,16 +112,30 @@ class OutputPipe:
         self._pump = _Pump(read, log, cap)
         self._pump.start()
         self._open = True
+        self._reading = True
 
     def handed_over(self) -> None:
         if self._open:
             self._open = False
             os.close(self.write)
 
+    def cut(self) -> None:
+        """Keep what the child has printed so far, and nothing it prints from now on: its
+        later writes fail (the read end is closed)."""
+        if self._reading:
+            self._reading = False
+            self._pump.stop.set()
+            self._pump.join()
+            self._pump.drain_now()
+            self._pump.finish()  # only writes the note on output past the cap
+            os.close(self._pump.read)
+
     def close(self) -> None:
         self.handed_over()
-        self._pump.finish()
-        os.close(self._pump.read)
+        if self._reading:
+            self._reading = False
+            self._pump.finish()
+            os.close(self._pump.read)
 
 
 @contextlib.contextmanager

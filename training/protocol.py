@@ -9,8 +9,10 @@ Experiment → runner, one byte of kind then a fixed header:
                            (batch × (context + 1)); nbytes 0 means the budget is spent
   L <d loss>               the loss of the last step (the runner fails fast on NaN/inf)
   I <I n> + n bytes JSON   facts for the summary (parameters, device)
-  E                        ask for eval windows; answer <II n, context> + n × (context+1)
-                           bytes; n 0 means evaluation is over
+  D                        the trained model is saved (`model.pt`); the training stage ends
+An evaluation process (a fresh one per batch, see fresh_eval.py) sends:
+  E                        ask for its windows; answer <II n, context> + n × context bytes
+                           (the inputs only)
   O + n × context × 256 float32 logits for the windows just sent
 """
 

@@ -2,7 +2,8 @@
 
 It patches the champion recipe in a scratch directory, starts the experiment in its own process
 group under rlimits with a scrubbed environment, feeds it training batches until the budget is
-spent, evaluates it (see evaluator), and turns every outcome — success, exception, NaN, hang,
+spent, evaluates the model it saves in fresh processes, one per batch of windows (fresh_eval,
+evaluator), and turns every outcome — success, exception, NaN, hang,
 memory exhaustion, a full disk, a refused patch, a non-causal model, a broken protocol — into a
 RunResult with a reason. Nothing the experiment sends or leaves behind can block, crash or
 deceive the runner: every wait has the deadline, every message a size bound, and the log is
@@ -14,12 +15,14 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
 from training.experiment_session import Cancelled, ChildGone, ExperimentSession, Progress, Stop
+from training.fresh_eval import Run, evaluate_in_fresh_processes
 from training.harness_child import EXIT_NO_SANDBOX, NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
@@ -111,46 +114,75 @@ def _experiment(
     progress: Progress,
     cancel: threading.Event | None,
 ) -> tuple[RunStatus, str, float | None]:
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    os.set_blocking(resp_w, False)  # no write may outlast the deadline (see the session's write)
-    config = {
-        "seed": spec.seed,
-        "dials": spec.dials,
-        "device": device,
-        "scratch": str(scratch),
-        "req_fd": req_w,
-        "resp_fd": resp_r,
-        "unsafe_no_sandbox": limits.unsafe_no_sandbox,
-    }
-    env = scrubbed_env(scratch, {}, cpu=not device.startswith("cuda"))
-    with output_pipe(log, limits.limits.file_size_bytes) as output:
-        try:
-            process = start_experiment(config, env, limits.limits, (req_w, resp_r, output.write))
-        finally:
-            output.handed_over()
-            os.close(req_w)
-            os.close(resp_r)
-        session = ExperimentSession(
-            spec, corpus, limits, process, scratch, req_r, resp_w, progress, cancel
-        )
-        try:
-            try:
-                metric: float | None = session.serve()
-            except ChildGone:
-                metric = None
-            code = session.wait_exit()
-        except Stop as stop:
-            return stop.status, stop.reason, None
-        finally:
-            process.kill()
-            os.close(req_r)
-            os.close(resp_w)
+    run = Run(
+        spec, corpus, limits, log, device, progress, cancel, time.monotonic() + limits.time_limit_s
+    )
+    try:
+        code, handed_over = _train(run, scratch)
+    except Stop as stop:
+        return stop.status, stop.reason, None
     last = (fd_tail(log).strip().splitlines() or [""])[-1]
     if code == EXIT_NO_SANDBOX and last.startswith(NO_SANDBOX):  # before any of the recipe ran
         return RunStatus.REFUSED, last, None
     if code != 0:  # the pipe is drained: the log holds all the experiment wrote
         return (*outcome(code, fd_tail(log), limits.limits), None)
-    if metric is None:
-        return RunStatus.CRASH, "the experiment exited before its evaluation finished", None
-    return RunStatus.OK, "", metric
+    if not handed_over:
+        return (
+            RunStatus.CRASH,
+            "the experiment exited before its evaluation (it never saved its model)",
+            None,
+        )
+    try:  # the training process is dead: nothing of it is left to meet the evaluation's
+        return RunStatus.OK, "", evaluate_in_fresh_processes(run, scratch)
+    except Stop as stop:
+        return stop.status, stop.reason, None
+
+
+def _train(run: Run, scratch: Path) -> tuple[int, bool]:
+    """The training stage, to its end: its exit code, and whether it saved its model."""
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    os.set_blocking(resp_w, False)  # no write may outlast the deadline (see the session's write)
+    config = {
+        "stage": "train",
+        "seed": run.spec.seed,
+        "dials": run.spec.dials,
+        "device": run.device,
+        "scratch": str(scratch),
+        "req_fd": req_w,
+        "resp_fd": resp_r,
+        "unsafe_no_sandbox": run.limits.unsafe_no_sandbox,
+    }
+    env = scrubbed_env(scratch, {}, cpu=not run.device.startswith("cuda"))
+    with output_pipe(run.log, run.limits.limits.file_size_bytes) as output:
+        try:
+            process = start_experiment(
+                config, env, run.limits.limits, (req_w, resp_r, output.write)
+            )
+        finally:
+            output.handed_over()
+            os.close(req_w)
+            os.close(resp_r)
+        session = ExperimentSession(
+            run.spec,
+            run.corpus,
+            run.limits,
+            process,
+            scratch,
+            req_r,
+            resp_w,
+            run.progress,
+            run.cancel,
+            run.deadline,
+        )
+        try:
+            try:
+                session.train()
+                handed_over = True
+            except ChildGone:
+                handed_over = False
+            return session.wait_exit(), handed_over
+        finally:
+            process.kill()
+            os.close(req_r)
+            os.close(resp_w)

@@ -1,0 +1,155 @@
+"""Evaluation in fresh processes: one per batch of windows, none with a way to the next.
+
+A model that keeps state between batches can remember the windows it was sent and replay them
+when a causality probe's twin arrives (the hole a strict xfail pinned), and a model that prints
+the windows it is sent could carry them to a later run in its log tail. So the training process
+never sees an evaluation window: it saves its model and ends. Each batch is then answered by a
+new process forked from the zygote, which has run none of the recipe's code before; it loads the
+model (from a folder of its own holding only `model.pt`), asks for its windows, answers with
+logits and is killed before the next one starts. It may write no file anywhere, start no
+process and open no socket (Landlock with no writable path, and the training stage's seccomp),
+so nothing it learns of its windows outlives it. What it prints reaches the run's log only until
+it asks for its windows (a load error is worth reading; later output could carry them); then
+its output pipe is closed. How it failed becomes one of a few fixed reasons, never its text.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bus.messages import RunSpec, RunStatus
+from training.corpus import Corpus
+from training.evaluator import Evaluation, NonCausalModel
+from training.experiment_session import ChildGone, ExperimentSession, Progress, Stop
+from training.harness_child import EXIT_BAD_MODEL, EXIT_MODEL_LOAD, MODEL_FILE
+from training.log_pipe import OutputPipe
+from training.process_outcome import fd_tail, outcome, remove_tree
+from training.sandbox import scrubbed_env
+from training.zygote import start_experiment
+
+if TYPE_CHECKING:
+    from training.runner import RunLimits
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What every process of one run shares: its spec, limits, log, device and deadline."""
+
+    spec: RunSpec
+    corpus: Corpus
+    limits: RunLimits
+    log: int
+    device: str
+    progress: Progress
+    cancel: threading.Event | None
+    deadline: float  # monotonic
+
+
+def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
+    """val_bpb of the model the training stage left in `scratch`; raises Stop otherwise."""
+    saved = scratch / MODEL_FILE
+    try:
+        mode = saved.lstat().st_mode
+    except FileNotFoundError:
+        raise Stop(RunStatus.CRASH, "the experiment ended without saving its model") from None
+    if not stat.S_ISREG(mode):
+        raise Stop(RunStatus.CRASH, f"the experiment's {MODEL_FILE} is not a regular file")
+    # A folder of its own, outside what the training stage could write: the evaluation
+    # processes read the model and nothing else the training stage left.
+    folder = scratch.parent / f".{scratch.name}.model"
+    remove_tree(folder)
+    folder.mkdir(mode=0o700)
+    try:
+        os.rename(saved, folder / MODEL_FILE)
+        context = int(run.spec.dials["context"])
+        evaluation = Evaluation(run.corpus.val, context, run.limits.eval_tokens)
+        for index in range(len(evaluation.batches)):
+            _answer_batch(run, folder, evaluation, index)
+        try:
+            metric = evaluation.finish()
+        except NonCausalModel as exc:
+            raise Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
+        run.progress.evaluated = time.monotonic()
+        return metric
+    finally:
+        remove_tree(folder)
+
+
+def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) -> None:
+    """One evaluation process for batch `index`: started, answered, and dead on return."""
+    spec, limits, device = run.spec, run.limits, run.device
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    os.set_blocking(resp_w, False)
+    config: dict[str, Any] = {
+        "stage": "evaluate",
+        "seed": spec.seed,
+        "dials": spec.dials,
+        "device": device,
+        "scratch": str(folder),
+        "req_fd": req_w,
+        "resp_fd": resp_r,
+        "unsafe_no_sandbox": limits.unsafe_no_sandbox,
+    }
+    env = scrubbed_env(folder, {}, cpu=not device.startswith("cuda"))
+    output = OutputPipe(run.log, limits.limits.file_size_bytes)
+    try:
+        try:
+            process = start_experiment(config, env, limits.limits, (req_w, resp_r, output.write))
+        finally:
+            output.handed_over()
+            os.close(req_w)
+            os.close(resp_r)
+        session = ExperimentSession(
+            spec,
+            run.corpus,
+            limits,
+            process,
+            folder,
+            req_r,
+            resp_w,
+            run.progress,
+            run.cancel,
+            run.deadline,
+        )
+        try:
+            try:
+                session.answer_windows(evaluation, index, before_windows=output.cut)
+                return  # its logits are in: how it ends changes nothing
+            except ChildGone:
+                code = session.wait_exit()
+        finally:
+            process.kill()  # and waited for: the next batch's process never meets this one
+            os.close(req_r)
+            os.close(resp_w)
+    finally:
+        output.close()
+    raise Stop(*_failure(code, session.windows_sent, fd_tail(run.log), limits))
+
+
+def _failure(code: int, windows_sent: bool, tail: str, limits: RunLimits) -> tuple[RunStatus, str]:
+    """Why an evaluation process ended without answering: from its exit alone once it had its
+    windows (its text from then on is not kept), from its log before that."""
+    if not windows_sent:
+        if code == EXIT_MODEL_LOAD:
+            last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+            why = "the trained model could not be loaded for evaluation in a fresh process"
+            return RunStatus.CRASH, f"{why}: {last[:300]}"
+        if code == 0:
+            return RunStatus.CRASH, "an evaluation process ended without asking for its windows"
+        return outcome(code, tail, limits.limits)
+    if code < 0:
+        status, reason = outcome(code, "", limits.limits)
+        return status, f"{reason} during evaluation"
+    if code == EXIT_BAD_MODEL:
+        return RunStatus.CRASH, "the model returned logits of the wrong shape during evaluation"
+    return RunStatus.CRASH, (
+        "the model failed during evaluation (what an evaluation process prints is not kept: "
+        "run the model on a batch inside train() to see the error)"
+    )
