@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import pytest
 from scale_ladder.tiers import LadderConfigError, load_tiers
 from tests.training_helpers import CHAMPION, edit, patch_for
 from training import corpus as corpus_module
+from training import corpus_modules
 from training.patching import PatchRefused, apply
-from training.sandbox import VAL_PACKAGES
 from training.targets import parse_metric
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,8 +22,11 @@ def test_corpus_is_deterministic_and_split_by_file(tmp_path: Path) -> None:
     train, val, root = corpus_module.stdlib_files()
     assert train and val
     assert train == sorted(train) and val == sorted(val)
-    assert not {p.relative_to(root).parts[0] for p in train} & set(VAL_PACKAGES)
-    assert {p.relative_to(root).parts[0] for p in val} <= set(VAL_PACKAGES)
+    # Only corpus modules, val's apart from train's; val's are in every CPython layout.
+    train_modules = {corpus_modules.corpus_module(p.relative_to(root).parts[0]) for p in train}
+    val_modules = {corpus_modules.corpus_module(p.relative_to(root).parts[0]) for p in val}
+    assert train_modules <= set(corpus_modules.CORPUS_MODULES) - set(corpus_modules.VAL_MODULES)
+    assert {"xmlrpc", "wsgiref", "curses", "dbm"} <= val_modules <= set(corpus_modules.VAL_MODULES)
     first = corpus_module.load_corpus(tmp_path / "a")
     second = corpus_module.load_corpus(tmp_path / "b")
     assert first.corpus_hash == second.corpus_hash
@@ -31,6 +35,18 @@ def test_corpus_is_deterministic_and_split_by_file(tmp_path: Path) -> None:
     # The val bytes never appear in train (whole files are held out).
     sample = bytes(first.val[5000:5200].numpy())
     assert sample not in bytes(first.train.numpy())
+
+
+def test_a_cached_corpus_of_the_old_stdlib_split_is_rebuilt(tmp_path: Path) -> None:
+    """Before issue 16 the corpus was the whole stdlib, under the key of "stdlib": a workspace
+    that cached it must not train on it again."""
+    old = tmp_path / hashlib.sha256(b"stdlib").hexdigest()[:12]
+    old.mkdir()
+    for name in ("train.bin", "val.bin"):
+        (old / name).write_bytes(b"old corpus")
+    (old / "manifest.json").write_text('{"hash": "old", "source": "stdlib"}')
+    corpus = corpus_module.load_corpus(tmp_path)
+    assert corpus.corpus_hash != "old" and len(corpus.val) > 64 * 1024
 
 
 def test_user_data_file_and_folder(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
 """The bytelm corpus: bytes of text files, split into train and val by file.
 
-Default source: the running interpreter's standard-library `.py` files, a fixed sorted
-selection (never downloaded). Val = the files of a few stdlib packages the experiment process is
-never allowed to read (see sandbox.VAL_PACKAGES); train = the rest, capped in size. `--data PATH`
-uses the user's own text file (last 10% is val) or folder (every 10th file, sorted, is val).
+Default source: the `.py` files of the running interpreter's standard library that no experiment
+needs to read (corpus_modules.CORPUS_MODULES: idlelib, tkinter, turtle, pydoc, xmlrpc, ...), in
+sorted order; nothing is downloaded. Val = the files of a fixed few of them (VAL_MODULES),
+train = the rest. Neither split is readable from inside the sandbox, in any copy: the experiment
+gets exactly the batches the runner sends (readable_paths.py says how every copy on disk is
+denied; tests/test_corpus_copies.py proves it on the machine it runs on). `--data PATH` uses the
+user's own text file (last 10% is val) or folder (every 10th file, sorted, is val).
 
 Built once and cached in the workspace as raw uint8 files with a manifest; the corpus hash
 (over file names and contents) is recorded with every result.
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from training.sandbox import VAL_PACKAGES
+from training.corpus_modules import CORPUS_MODULES, VAL_MODULES, corpus_module
 
 TRAIN_CAP_BYTES = 24 * 1024 * 1024
 SKIPPED_DIRS = {"site-packages", "test", "tests", "__pycache__", "idle_test"}
@@ -39,9 +42,10 @@ def stdlib_files() -> tuple[list[Path], list[Path], Path]:
     val: list[Path] = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if SKIPPED_DIRS & set(rel.parts[:-1]):
+        module = corpus_module(rel.parts[0])
+        if module is None or SKIPPED_DIRS & set(rel.parts[:-1]):
             continue
-        (val if rel.parts[0] in VAL_PACKAGES else train).append(path)
+        (val if module in VAL_MODULES else train).append(path)
     return train, val, root
 
 
@@ -84,7 +88,10 @@ def build(data: Path | None) -> tuple[bytes, bytes, str, str]:
 
 def load_corpus(cache_dir: Path, data: Path | None = None) -> Corpus:
     """Build on first use, then read from the cache."""
-    key = hashlib.sha256(str(data.resolve() if data else "stdlib").encode()).hexdigest()[:12]
+    # The stdlib corpus's key names its modules: a cache built from other ones (the whole stdlib,
+    # before issue 16) is rebuilt, never reused.
+    identity = str(data.resolve()) if data else f"stdlib:{CORPUS_MODULES}:{VAL_MODULES}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:12]
     folder = cache_dir / key
     manifest = folder / "manifest.json"
     if not manifest.exists():

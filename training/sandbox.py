@@ -1,10 +1,12 @@
 """Confining experiment code: rlimits, a scrubbed environment, Landlock and seccomp.
 
 Applied in the experiment's own process, before any recipe code is imported:
-- Landlock (Linux ≥ 5.13, no privileges needed): the process may read only the Python install
-  (minus the stdlib packages that hold the val split), the `training` package and a few system
-  paths; it may write only its scratch directory; TCP bind/connect are denied (no bus, no
-  network); it cannot signal processes outside itself.
+- Landlock (Linux ≥ 5.13, no privileges needed): the process may read only its Python (less
+  the stdlib modules the bytelm corpus is made of), site-packages, the shared libraries the
+  loader may load (file by file), the `training` package and a few system paths; so no copy of
+  the corpus, train or val, is readable: not the interpreter's, not another Python's in /usr/lib
+  or /usr/local/lib (readable_paths.py). It may write only its scratch directory; TCP
+  bind/connect are denied (no bus, no network); it cannot signal processes outside itself.
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
   socket at all (Landlock only covers TCP), no memfd (memory outside the address-space limit),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
@@ -24,27 +26,12 @@ import os
 import platform
 import resource
 import struct
-import sys
-import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-# Stdlib packages whose sources form the bytelm val split: never imported by torch or the
-# harness, so the experiment process can be denied reading them.
-VAL_PACKAGES = (
-    "idlelib",
-    "tkinter",
-    "turtledemo",
-    "lib2to3",
-    "pydoc_data",
-    "curses",
-    "dbm",
-    "wsgiref",
-    "xmlrpc",
-    "ensurepip",
-    "msilib",
-)
+# Re-exported: the harness confines its processes with sandbox.* alone.
+from training.readable_paths import python_read_paths as python_read_paths
 
 # Environment variables an experiment may see; everything else (API keys, tokens, NATS
 # credentials) is dropped.
@@ -72,7 +59,8 @@ def die_with_parent() -> None:
 def set_rlimits(limits: Limits) -> None:
     """preexec_fn (between fork and exec), or in a fork of the zygote."""
     die_with_parent()
-    _lower(resource.RLIMIT_AS, limits.address_space_bytes)
+    if limits.address_space_bytes > 0:  # 0: none (CUDA, see swarm/training_setup.py)
+        _lower(resource.RLIMIT_AS, limits.address_space_bytes)
     _lower(resource.RLIMIT_FSIZE, limits.file_size_bytes)
     _lower(resource.RLIMIT_NOFILE, limits.open_files)
     _lower(resource.RLIMIT_NPROC, limits.processes)
@@ -202,35 +190,6 @@ def _add_path_rule(
 
 def _no_new_privs(libc: ctypes.CDLL) -> None:
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-
-
-def python_read_paths(extra: Iterable[Path] = ()) -> list[Path]:
-    """What a Python + torch process needs to read, without the val-split stdlib packages."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    paths = [p for p in stdlib.iterdir() if p.name not in VAL_PACKAGES]
-    for key in ("purelib", "platlib", "platstdlib"):
-        paths.append(Path(sysconfig.get_paths()[key]))
-    prefix_lib = Path(sys.base_prefix) / "lib"
-    if prefix_lib.is_dir():
-        paths += [p for p in prefix_lib.iterdir() if p != stdlib]
-    paths += [Path(sys.executable).resolve().parent, Path(sys.base_prefix) / "bin"]
-    for system in (
-        "/usr/lib",
-        "/usr/lib64",
-        "/lib",
-        "/lib64",
-        "/usr/local/lib",
-        "/etc/ld.so.cache",
-        "/etc/localtime",
-        "/proc/self",
-        "/proc/cpuinfo",
-        "/proc/meminfo",
-        "/proc/stat",
-        "/sys/devices/system/cpu",
-        "/dev/urandom",
-    ):
-        paths.append(Path(system))
-    return [*paths, *extra]
 
 
 # --- seccomp --------------------------------------------------------------------------------
