@@ -246,12 +246,10 @@ def _read_patch(base: str, patch: str, editable: str) -> tuple[tuple[Change, ...
 
 
 def _first_baseline(details: str) -> float | None:
-    """The champion's metric on the lowest paired seed of a verdict (its `details` JSON)."""
+    """The champion's metric on the first paired seed of a verdict (its `details` JSON lists
+    the seeds in the order the tier runs them, the tier's first seed first)."""
     try:
-        numbers = json.loads(details)
-        seeds, baseline = numbers["seeds"], numbers["baseline"]
-        first = min(range(len(seeds)), key=lambda i: seeds[i])
-        value = baseline[first]
+        value = json.loads(details)["baseline"][0]
     except (ValueError, KeyError, TypeError, IndexError):  # a person's verdict, or no pairs
         return None
     return float(value) if isinstance(value, int | float) else None

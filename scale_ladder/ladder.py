@@ -45,7 +45,6 @@ from scale_ladder.ladder_state import (
     LadderRefusal,
     LadderState,
     Phase,
-    tier_seed,
 )
 from scale_ladder.near_duplicates import nearest, patch_change
 from scale_ladder.rules import (
@@ -59,7 +58,7 @@ from scale_ladder.rules import (
 from training.fixed_constants import moved_fixed
 from training.patching import make_patch
 
-__all__ = ["Ladder", "LadderRefusal", "Phase", "tier_seed"]
+__all__ = ["Ladder", "LadderRefusal", "Phase"]
 
 
 class Ladder(LadderState):
@@ -215,7 +214,7 @@ class Ladder(LadderState):
     def _evidence(self, state: IdeaState, pairs: dict[int, float]) -> Evidence:
         key = (state.idea.idea_id, state.version, state.tier)
         idea = {s: r.metric for s, r in self.results[key].items() if r.metric is not None}
-        sigma = self.sigma_for(state.version, state.tier)
+        sigma = self.sigma_for(state.version, state.tier, key[0])
         peers = [g for i, g in self.gains[(state.version, state.tier)].items() if i != key[0]]
         # The whole tier's baseline, not just the pairs: rules.decide holds an idea when it
         # ignores the seed, whichever seeds the idea has (the pairs are the seeds in both).
@@ -224,10 +223,11 @@ class Ladder(LadderState):
 
     def _apply(self, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
         key = (state.idea.idea_id, state.version, state.tier)
+        seeds = self.in_run_order(state.tier, pairs)
         numbers: dict[str, object] = {
-            "seeds": sorted(pairs),
-            "idea": [self.results[key][s].metric for s in sorted(pairs)],
-            "baseline": [pairs[s] for s in sorted(pairs)],
+            "seeds": seeds,
+            "idea": [self.results[key][s].metric for s in seeds],
+            "baseline": [pairs[s] for s in seeds],
         }
         carried = self.carried.get(key, set())
         if carried:  # runs of the same recipe made while it was tested on an earlier champion
@@ -290,9 +290,9 @@ class Ladder(LadderState):
             for idea_id in self.tested_at[(version, tier.index)]:
                 needed |= self.requested[(idea_id, version, tier.index)]
             if tier.index == 0 or needed:
-                needed.add(tier_seed(tier.index, 0))
+                needed.add(self.seed(tier.index, 0))
                 if seed_ignored(self.baseline_metrics(version, tier.index)):
-                    probes = {tier_seed(tier.index, i) for i in range(tier.rule.max_seeds)}
+                    probes = {self.seed(tier.index, i) for i in range(tier.rule.max_seeds)}
                     if all(self._baseline_settled(version, tier.index, s) for s in probes):
                         self._hold(version, tier.index)
                     needed |= probes
@@ -383,7 +383,7 @@ class Ladder(LadderState):
     def _request(self, idea_id: str, version: int, tier: int, patch: str, seeds: int) -> None:
         have = self.requested[(idea_id, version, tier)]
         for i in range(seeds):
-            seed = tier_seed(tier, i)
+            seed = self.seed(tier, i)
             if seed not in have:
                 self._emit(self._spec(idea_id, version, tier, seed, patch))
 

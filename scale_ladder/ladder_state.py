@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bus.champion_store import fingerprint
@@ -39,14 +39,10 @@ from bus.messages import (
 from scale_ladder.admission import NotAdmitted, patched_source, rebase
 from scale_ladder.near_duplicates import PatchChange, patch_change
 from scale_ladder.rules import Evidence, Noise, noise, paired_gains
+from scale_ladder.seeds import DEFAULT_SEED_SECRET, tier_seed
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
-SEED_STRIDE = 1000  # tier k runs seeds k·1000 + i: every tier re-tests on fresh seeds
 BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
-
-
-def tier_seed(tier: int, i: int) -> int:
-    return tier * SEED_STRIDE + i
 
 
 class Phase(enum.StrEnum):
@@ -82,6 +78,8 @@ class LadderState:
     near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
     # constants an idea may not move (names or globs; training/fixed_constants.py)
     fixed: frozenset[str] = frozenset()
+    # keys the tiers' seeds (seeds.py): the swarm's own, from its workspace; never shown
+    seed_secret: bytes = field(default=DEFAULT_SEED_SECRET, repr=False)
     champions: dict[int, ChampionChange] = field(default_factory=dict)
     ideas: dict[str, IdeaState] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
@@ -131,6 +129,16 @@ class LadderState:
     @property
     def top(self) -> int:
         return len(self.tiers) - 1
+
+    def seed(self, tier: int, i: int) -> int:
+        """The seed of the i-th run of any recipe at `tier` (the champion's and every idea's)."""
+        return tier_seed(tier, i, self.seed_secret)
+
+    def in_run_order(self, tier: int, seeds: Iterable[int]) -> list[int]:
+        """A tier's seeds in the order it runs them, its first seed first (a verdict lists them
+        so: agents take the first as the reference every idea shares); others last, by value."""
+        order = {self.seed(tier, i): i for i in range(2 * self.tiers[tier].rule.max_seeds)}
+        return sorted(seeds, key=lambda s: (order.get(s, len(order)), s))
 
     # --- folding events in ------------------------------------------------------------------
 
@@ -306,21 +314,24 @@ class LadderState:
             if r.status is RunStatus.OK and r.metric is not None
         }
 
-    def noise_at(self, version: int, tier: int) -> Noise:
-        """The paired-difference noise of the ideas run at (version, tier)."""
+    def noise_at(self, version: int, tier: int, exclude: str = "") -> Noise:
+        """The paired-difference noise of the ideas run at (version, tier), but `exclude`."""
         base = self.baseline_metrics(version, tier)
         groups = []
         for other in self.tested_at.get((version, tier), {}):
+            if other == exclude:
+                continue
             runs = self.results.get((other, version, tier), {})
             mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
             groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
         return noise(groups, max((abs(v) for v in base.values()), default=0.0))
 
-    def sigma_for(self, version: int, tier: int) -> float | None:
-        """σ_d at a tier: pooled over this champion's pairs when there are enough, else over
-        every earlier champion's (a tier's seed noise outlives its champion); None: no estimate,
-        so no racing yet."""
-        here = self.noise_at(version, tier).sigma
+    def sigma_for(self, version: int, tier: int, idea_id: str = "") -> float | None:
+        """σ_d at a tier for judging `idea_id`: pooled over the other ideas' pairs on this
+        champion when there are enough (its own would pool its luck back in: rules.py), else
+        over every earlier champion's (a tier's seed noise outlives its champion); None: no
+        estimate, so no racing yet."""
+        here = self.noise_at(version, tier, exclude=idea_id).sigma
         return here if here is not None else self.earlier_noise.get(tier, Noise()).sigma
 
     def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:

@@ -5,8 +5,14 @@ d_i = baseline_i − idea_i for a lower-is-better metric (the sign flips for hig
 a positive mean gain means the idea helps. It is promoted only if the mean gain clears all of
 - a minimum improvement relative to the baseline mean (`min_improvement`),
 - a noise gate: mean gain > sigmas × σ_d / √n, where σ_d is the spread of one paired difference
-  (pooled over other pairs at this tier and champion when there are enough, else this idea's
-  own pairs) and n the number of pairs — more seeds shrink the gate, which is what RETEST buys,
+  and n the number of pairs — more seeds shrink the gate, which is what RETEST buys. σ_d is
+  pooled over other ideas' pairs at this tier when there are enough (`pooled`); until then it
+  is the larger of this idea's own spread (`own`) and a conservative prior (`prior`): √2 × the
+  champion's spread across its seeds at this tier, the σ of a difference of two independent
+  runs, which pairing only shrinks (`prior_sigma`). Two or three paired gains can agree by
+  chance: judged on their own σ, an idea whose gain was inside the seed noise was promoted (a
+  red team). Without a prior (fewer than two baseline seeds) the verdict waits for more seeds.
+  The rule of each verdict says which σ_d it used,
 - an optional rank gate: within the top `top_fraction` of ideas decided at this tier for the
   same champion, once `cold_start` of them exist (before that, the rank gate does not apply).
 An idea whose gain is clearly below the minimum is rejected; an inconclusive one gets more seeds
@@ -34,8 +40,8 @@ its seeds (1 → 2 → 4 …) only while it could still clear the gate at `max_s
 as soon as even a one-σ optimistic view of its gain falls short of what it would need there.
 The gate itself is unchanged, so seeds go where the verdict is open and obvious losers cost one
 run. Without a pooled σ_d an idea's own σ from two or three pairs is no noise estimate, so it
-needs the tier's `seeds` first, as before (the ladder asks for them one at a time: by the time
-the first is in, the tier may have its σ_d).
+needs the tier's `seeds` first and is judged on the larger of its own σ and the prior (the
+ladder asks for them one at a time: by the time the first is in, the tier may have its σ_d).
 """
 
 from __future__ import annotations
@@ -206,17 +212,18 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         reason = "identical metrics across seeds: the recipe ignores the seed"
         return Outcome(Verdict.REJECT, reason, statistics.fmean(gains), None, n)
     delta = statistics.fmean(gains)
-    sigma = pooled
-    if sigma is None and n >= 2:
-        sigma = statistics.stdev(gains)
+    sigma, source = _sigma(pooled, gains, evidence.baseline, scale)
     if sigma is None:
-        return _more(rule, n + 1, n, delta, None, "no noise estimate yet")
+        if n >= rule.max_seeds:
+            why = f"inconclusive at {n} seeds (max): no noise estimate{source}"
+            return Outcome(Verdict.REJECT, why, delta, None, n)
+        return _more(rule, n + 1, n, delta, None, f"no noise estimate yet{source}")
     baseline_mean = statistics.fmean(evidence.baseline[s] for s in paired)
     needed = rule.min_improvement * abs(baseline_mean)
     gate = rule.sigmas * sigma / math.sqrt(n)
     numbers = (
-        f"gain {delta:.4g} (n={n}), noise gate {rule.sigmas:g}σ/√n = {gate:.4g}, "
-        f"minimum {needed:.4g}"
+        f"gain {delta:.4g} (n={n}), noise gate {rule.sigmas:g}σ/√n = {gate:.4g} "
+        f"(σ_d {sigma:.4g}, {source}), minimum {needed:.4g}"
     )
     if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
         numbers += f"; σ_d ≈ 0 ({EQUAL_GAINS}): no noise estimate"
@@ -242,6 +249,38 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return _more(rule, wanted, n, delta, sigma, f"racing, still open: {numbers}")
     wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, sigma, delta, needed)))
     return _more(rule, wanted, n, delta, sigma, f"inconclusive: {numbers}")
+
+
+def prior_sigma(baseline: Mapping[int, float]) -> float | None:
+    """A conservative σ_d for a tier with no pooled one yet: √2 × the champion's spread across
+    its seeds there, the σ of the difference of two independent runs (pairing only shrinks it).
+    None below two seeds, or when that spread is at the rounding of the metrics."""
+    values = list(baseline.values())
+    if len(values) < 2:
+        return None
+    sigma = math.sqrt(2) * statistics.stdev(values)
+    return sigma if measured(sigma, max(abs(v) for v in values)) else None
+
+
+def _sigma(
+    pooled: float | None, gains: Sequence[float], baseline: Mapping[int, float], scale: float
+) -> tuple[float | None, str]:
+    """The σ_d a verdict uses and where it came from (said in the rule of the verdict): the
+    tier's pooled σ_d; else, from two pairs on, the larger of the idea's own and the prior;
+    else none yet (the text says why, after "no noise estimate yet")."""
+    if pooled is not None:
+        return pooled, "pooled"
+    if len(gains) < 2:
+        return None, ""
+    own = statistics.stdev(gains)
+    if not measured(own, scale):  # equal gains: no estimate, whatever the prior (seed honesty)
+        return own, "own"
+    prior = prior_sigma(baseline)
+    if prior is None:
+        return None, ": no prior σ_d (the baseline's spread across seeds)"
+    if prior > own:
+        return prior, f"prior: √2 × the baseline's spread; own {own:.4g}"
+    return own, f"own; prior {prior:.4g}"
 
 
 def _decide_deterministic(rule: PromotionRule, evidence: Evidence) -> Outcome:

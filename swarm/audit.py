@@ -71,7 +71,7 @@ class Audit:
 
 def audit_ledger(db_path: Path, ladder: Ladder) -> Audit:
     """Read the ledger file (read-only; the swarm must be stopped) and check it. `ladder` is a
-    fresh ladder built from the config the swarm ran with."""
+    fresh ladder built from the config and the seed secret the swarm ran with."""
     con = open_database(db_path, read_only=True)
     try:
         messages = read_messages(con, KIND_ORDER)

@@ -482,7 +482,7 @@ def _audit(config: SwarmConfig, workspace: Workspace, drained: bool) -> int:
         raise SwarmError(f"a swarm is running on {workspace.root}: stop it, then audit")
     if not workspace.ledger_path.exists():
         raise SwarmError(f"no ledger in {workspace.root}: no swarm has run there")
-    report = audit_ledger(workspace.ledger_path, make_ladder(config))
+    report = audit_ledger(workspace.ledger_path, make_ladder(config, workspace.seed_secret()))
     print(report.summary())
     problems = report.problems(drained)
     for problem in problems:

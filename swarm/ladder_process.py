@@ -12,6 +12,7 @@ from pathlib import Path
 from bus.nats_bus import connect
 from bus.roles import Role
 from scale_ladder.ladder import Ladder
+from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import Tier, load_ladder
 from swarm.config import ConfigError, SwarmConfig, TargetConfig
@@ -75,7 +76,9 @@ def check_two_stage(target: TargetConfig, tiers: list[Tier]) -> None:
     hidden_from_training(Path(target.project), held_out_patterns(target), bool(target.eval))
 
 
-def make_ladder(config: SwarmConfig) -> Ladder:
+def make_ladder(config: SwarmConfig, seed_secret: bytes = DEFAULT_SEED_SECRET) -> Ladder:
+    """The ladder a config describes. A swarm's ladder gets its workspace's seed secret
+    (Workspace.seed_secret); the default one is for checking a config."""
     info = target_info(config)
     ladder = load_ladder(ladder_path(config), config.target.kind)
     if info.name == "command":
@@ -89,6 +92,7 @@ def make_ladder(config: SwarmConfig) -> Ladder:
         require_approval=ladder.require_approval,
         near_duplicate_similarity=ladder.near_duplicate_similarity,
         fixed=fixed_names(config.target.fixed, config.target.run),
+        seed_secret=seed_secret,
     )
 
 
@@ -96,7 +100,7 @@ async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:
     settings = workspace.read_bus_settings(Role.LADDER)
     if settings is None:
         raise SwarmNotRunning(f"no bus settings in {workspace.bus_file}: is the swarm started?")
-    ladder = make_ladder(config)
+    ladder = make_ladder(config, workspace.seed_secret())
     stop = asyncio.Event()
     stop_on_signals(stop)
     nc = await connect(settings, "ladder", config.bus.connect_timeout_s)

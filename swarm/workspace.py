@@ -7,6 +7,10 @@ dies, even by SIGKILL) and writes `run/bus.json` (mode 0600: it may hold the bus
 With the embedded server, each role has its own NATS user: `run/creds/<role>.json` (mode 0600,
 made once and kept, so a remote worker's password survives a restart of the swarm) holds its
 user and password, and `bus.json` holds no secret. A process reads the file of its own role.
+
+`run/seed_secret` (mode 0600, made once and kept) keys the tiers' seeds (scale_ladder/seeds.py):
+only the ladder reads it, so no recipe knows its seeds before it runs, and a restarted swarm
+asks for the same ones. Losing it changes the seeds of every run still to come, nothing else.
 """
 
 from __future__ import annotations
@@ -25,6 +29,17 @@ from bus.nats_bus import BusSettings
 from bus.roles import Role
 
 PER_ROLE = "per_role"  # in bus.json: each role connects with its own file in run/creds
+SEED_SECRET_BYTES = 32
+
+
+class SeedSecretError(ValueError):
+    """The workspace's seed secret is there but unreadable: the swarm would change its seeds."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"{path}: {why}; restore it, or delete it to run every future experiment on new seeds"
+        )
+        self.path = path
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,10 @@ class Workspace:
 
     def creds_file(self, role: Role) -> Path:
         return self.creds_dir / f"{role.value}.json"
+
+    @property
+    def seed_secret_file(self) -> Path:
+        return self.run_dir / "seed_secret"
 
     @property
     def lock_file(self) -> Path:
@@ -111,6 +130,29 @@ class Workspace:
                 creds = {"user": role.value, "password": passwords[role]}
                 write_private(self.creds_file(role), json.dumps(creds))
         return passwords
+
+    def seed_secret(self) -> bytes:
+        """The key of this swarm's seeds, made the first time (random, hex in a 0600 file)."""
+        path = self.seed_secret_file
+        if not path.exists():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            made = path.with_name(f".{path.name}.{os.getpid()}")
+            write_private(made, secrets.token_hex(SEED_SECRET_BYTES) + "\n")
+            try:
+                os.link(made, path)  # all or nothing; if another process made one, theirs
+            except FileExistsError:
+                pass
+            finally:
+                made.unlink()
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)
+        try:
+            secret = bytes.fromhex(path.read_text())
+        except (ValueError, UnicodeDecodeError):
+            raise SeedSecretError(path, "not hexadecimal") from None
+        if len(secret) < SEED_SECRET_BYTES // 2:
+            raise SeedSecretError(path, f"{len(secret)} bytes, too short to be a seed secret")
+        return secret
 
     def clear_bus_settings(self) -> None:
         self.bus_file.unlink(missing_ok=True)

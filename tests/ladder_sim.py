@@ -25,6 +25,7 @@ from bus.messages import (
 )
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
+from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.tiers import load_tiers
 
 RECIPE = "LR = 1.0  # learning rate\nWD = 0.1  # weight decay\nDEPTH = 2\n"
@@ -59,10 +60,18 @@ min_improvement = 0.001
 """
 
 
-def make_ladder(tmp_path: Path, require_approval: bool = False, extra: str = "") -> Ladder:
+def make_ladder(
+    tmp_path: Path,
+    require_approval: bool = False,
+    extra: str = "",
+    seed_secret: bytes = DEFAULT_SEED_SECRET,
+) -> Ladder:
     path = tmp_path / "ladder.toml"
     path.write_text(SIM_LADDER.format(extra=extra))
-    return Ladder(load_tiers(path), "recipe.py", RECIPE, require_approval=require_approval)
+    tiers = load_tiers(path)
+    return Ladder(
+        tiers, "recipe.py", RECIPE, require_approval=require_approval, seed_secret=seed_secret
+    )
 
 
 def patch(old: str, new: str, base: str = RECIPE) -> str:

@@ -17,7 +17,7 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from scale_ladder.ladder import LadderRefusal, Phase, tier_seed
+from scale_ladder.ladder import LadderRefusal, Phase
 from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_runner, started
 
 
@@ -28,7 +28,7 @@ def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
     assert initial.version == 1 and initial.kind == ChangeKind.INITIAL and initial.source
     specs = [m for m in sim.log if isinstance(m, RunSpec)]
     # Tier 0's first seed at once (more when ideas need them); tier 1 waits for the first idea.
-    assert {(s.tier, s.seed) for s in specs} == {(0, 0)}
+    assert {(s.tier, s.seed) for s in specs} == {(0, sim.ladder.seed(0, 0))}
     assert all(s.idea_id == "" and s.champion_version == 1 for s in specs)
 
 
@@ -230,8 +230,11 @@ def test_crashing_idea_is_rejected_with_its_reason(tmp_path: Path) -> None:
 
 
 def test_failed_baselines_are_retried_then_left_out(tmp_path: Path) -> None:
+    ladder = make_ladder(tmp_path)
+    second = ladder.seed(0, 1)
+
     def flaky(spec: RunSpec, source: str) -> RunResult:
-        if not spec.idea_id and spec.seed == 1:
+        if not spec.idea_id and spec.seed == second:
             return RunResult(
                 spec.run_id,
                 spec.tier,
@@ -242,7 +245,7 @@ def test_failed_baselines_are_retried_then_left_out(tmp_path: Path) -> None:
             )
         return ok_runner(spec, source)
 
-    sim = Sim(make_ladder(tmp_path), flaky)
+    sim = Sim(ladder, flaky)
     sim.step()
     sim.run_all()
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")  # its second seed needs the baseline's
@@ -250,7 +253,7 @@ def test_failed_baselines_are_retried_then_left_out(tmp_path: Path) -> None:
     tries = [
         s
         for s in sim.log
-        if isinstance(s, RunSpec) and not s.idea_id and s.seed == 1 and s.tier == 0
+        if isinstance(s, RunSpec) and not s.idea_id and s.seed == second and s.tier == 0
     ]
     assert len(tries) == 3 and len({s.run_id for s in tries}) == 3
 
@@ -259,21 +262,24 @@ def test_a_baseline_seed_that_always_fails_does_not_block_the_tier(tmp_path: Pat
     """The champion's first seed fails for good at tier 0: ideas run further seeds to get
     their pairs instead of all being rejected for want of one."""
 
+    ladder = make_ladder(tmp_path)
+    first_seed = ladder.seed(0, 0)
+
     def broken_first_seed(spec: RunSpec, source: str) -> RunResult:
-        if not spec.idea_id and spec.tier == 0 and spec.seed == 0:
+        if not spec.idea_id and spec.tier == 0 and spec.seed == first_seed:
             return RunResult(
-                spec.run_id, 0, 0, spec.champion_version, RunStatus.CRASH, reason="flaky"
+                spec.run_id, 0, first_seed, spec.champion_version, RunStatus.CRASH, reason="flaky"
             )
         return ok_runner(spec, source)
 
-    sim = Sim(make_ladder(tmp_path), broken_first_seed)
+    sim = Sim(ladder, broken_first_seed)
     sim.step()
     sim.run_all()
     sim.propose("idea-good", "LR = 1.0->LR = 3.0")
     sim.run_all()
     (first, *_) = decisions(sim, "idea-good")
     assert (first.tier, first.verdict) == (0, Verdict.PROMOTE)
-    assert 0 not in json.loads(first.details)["seeds"]  # paired on the seeds that have one
+    assert first_seed not in json.loads(first.details)["seeds"]  # paired where there is one
     assert champions(sim)[-1].idea_id == "idea-good"
 
 
@@ -353,7 +359,8 @@ def test_retest_adds_fresh_seeds_up_to_max(tmp_path: Path) -> None:
     specs = [s for s in sim.log if isinstance(s, RunSpec) and s.idea_id == "idea-tiny"]
     assert len({s.seed for s in specs if s.tier == 0}) <= 4
     assert decisions(sim, "idea-tiny")[-1].verdict in (Verdict.REJECT, Verdict.PROMOTE)
-    assert all(s.seed >= tier_seed(s.tier, 0) for s in specs)
+    fresh = {(t, ladder.seed(t, i)) for t in (0, 1) for i in range(8)}  # each tier's own
+    assert all((s.tier, s.seed) in fresh for s in specs)
 
 
 def test_a_patch_that_changes_no_code_or_cannot_compile_safely_is_refused(tmp_path: Path) -> None:

@@ -173,8 +173,8 @@ def test_a_verdicts_numbers_give_every_finding_one_reference() -> None:
     history.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "a", source=RECIPE))
     history.observe(Idea("idea-1", "a", "h", _patch(RECIPE, "LR = 1e-3", "LR = 2e-3"), 1))
     for tier in (0, 1):
-        seeds = [tier * 1000 + 1, tier * 1000]  # in any order: the lowest is the first
-        numbers = json.dumps({"seeds": seeds, "idea": [2.8, 2.7], "baseline": [2.9, 2.95]})
+        seeds = [880_000_001 + tier, 17 + tier]  # in the order run: the tier's first is first
+        numbers = json.dumps({"seeds": seeds, "idea": [2.7, 2.8], "baseline": [2.95, 2.9]})
         history.observe(
             Decision(f"d{tier}", "idea-1", tier, Verdict.PROMOTE, 1, "r", delta=0.2, n=2,
                      details=numbers)

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bus.messages import Decision, Idea, Message, RunResult, RunSpec, Verdict
-from scale_ladder.ladder import Ladder, Phase, tier_seed
+from scale_ladder.ladder import Ladder, Phase
 from scale_ladder.rules import (
     Evidence,
     Noise,
@@ -56,6 +56,11 @@ def seed_blind(spec: RunSpec, source: str) -> RunResult:
 def holds(sim: Sim) -> list[Decision]:
     """The Decisions that hold a tier: made by the ladder about the champion (no idea)."""
     return [m for m in sim.log if isinstance(m, Decision) and not m.idea_id]
+
+
+def seeds(sim: Sim, tier: int, n: int) -> list[int]:
+    """The tier's first n seeds, sorted, as the ladder asks for them."""
+    return sorted(sim.ladder.seed(tier, i) for i in range(n))
 
 
 def baseline_seeds(sim: Sim, tier: int) -> list[int]:
@@ -182,13 +187,14 @@ def test_a_command_that_ignores_its_seed_holds_the_tier_and_promotes_nothing(
     assert held.verdict is Verdict.HELD and (held.tier, held.champion_version) == (0, 1)
     assert held.decision_id == "dec-seed-ignored-v1-t0" and held.decided_by == "ladder"
     assert held.rule.startswith("seed_ignored: the champion's metric is identical (")
-    assert "on seeds [0, 1, 2, 3] at tier 0: the run ignores its seed" in held.rule
+    probes = seeds(sim, 0, 4)
+    assert f"on seeds {probes} at tier 0: the run ignores its seed" in held.rule
     assert "pass SWARM_SEED / {seed} to the training command" in held.rule
     details = json.loads(held.details)
-    assert details["seeds"] == [0, 1, 2, 3] and len(set(details["baseline"])) == 1
+    assert details["seeds"] == probes and len(set(details["baseline"])) == 1
     assert details["waiting"] == ["idea-0", "idea-1", "idea-2"]
     # The tier's max_seeds baseline seeds were run to be sure (a coarse metric can repeat).
-    assert baseline_seeds(sim, 0) == [0, 1, 2, 3] and baseline_seeds(sim, 1) == []
+    assert baseline_seeds(sim, 0) == probes and baseline_seeds(sim, 1) == []
     for i in range(3):  # undecided, with their runs, waiting: not even the loser is rejected
         assert all(d.verdict is Verdict.RETEST for d in decisions(sim, f"idea-{i}", True))
         state = sim.ladder.ideas[f"idea-{i}"]
@@ -209,7 +215,7 @@ def test_the_same_in_a_higher_tier_is_said_for_that_tier(tmp_path: Path) -> None
     sim.run_all()
     assert [(d.tier, d.verdict) for d in decisions(sim, "idea-good")] == [(0, Verdict.PROMOTE)]
     (held,) = holds(sim)
-    assert held.tier == 1 and "on seeds [1000, 1001, 1002, 1003] at tier 1" in held.rule
+    assert held.tier == 1 and f"on seeds {seeds(sim, 1, 4)} at tier 1" in held.rule
     assert sim.ladder.ideas["idea-good"].tier == 1 and len(champions(sim)) == 1
     assert_replays(sim, tmp_path)
 
@@ -225,7 +231,7 @@ def test_a_varying_baseline_still_promotes_a_real_gain(tmp_path: Path) -> None:
         (1, Verdict.PROMOTE),
     ]
     assert champions(sim)[-1].idea_id == "idea-good" and holds(sim) == []
-    assert baseline_seeds(sim, 0) == [0, 1]  # no extra baseline seeds where nothing is held
+    assert baseline_seeds(sim, 0) == seeds(sim, 0, 2)  # no extra ones where nothing is held
 
 
 def test_a_constant_shift_of_the_metric_is_never_promoted(tmp_path: Path) -> None:
@@ -253,14 +259,17 @@ def test_a_hold_lifts_when_another_baseline_seed_gives_another_metric(tmp_path: 
     """Two seeds print the same number (a coarse metric, say): the ideas wait while the tier's
     other baseline seeds run, and are decided as usual once one differs. Nothing is published."""
 
-    def coarse(spec: RunSpec, source: str) -> RunResult:
-        return result(spec, metric(source, FIXED_SEED if spec.seed in (0, 1) else spec.seed))
+    ladder = make_ladder(tmp_path)
+    first_two = {ladder.seed(0, 0), ladder.seed(0, 1)}
 
-    sim = Sim(make_ladder(tmp_path), coarse)
+    def coarse(spec: RunSpec, source: str) -> RunResult:
+        return result(spec, metric(source, FIXED_SEED if spec.seed in first_two else spec.seed))
+
+    sim = Sim(ladder, coarse)
     sim.step()
     sim.run_all()
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
-    probes = {tier_seed(0, 2), tier_seed(0, 3)}
+    probes = {ladder.seed(0, 2), ladder.seed(0, 3)}
     sim.run_all(hold=lambda s: not s.idea_id and s.tier == 0 and s.seed in probes)
     assert {s.seed for s in sim.queue} == probes  # asked for, not yet run
     assert all(d.verdict is Verdict.RETEST for d in decisions(sim, "idea-good", True))
@@ -275,7 +284,7 @@ def test_a_published_hold_lifts_when_a_later_baseline_seed_differs(tmp_path: Pat
     sim = held_swarm(tmp_path)
     assert len(holds(sim)) == 1
     ladder: Ladder = sim.ladder
-    seed = tier_seed(0, 4)
+    seed = ladder.seed(0, 4)
     spec = ladder.tiers[0].run_spec(f"run-base-v1-t0-s{seed}", seed, 1)
     sim.feed(spec)
     sim.feed(result(spec, metric(ladder.champions[1].source, seed)))

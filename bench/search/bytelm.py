@@ -50,7 +50,7 @@ PARAMS = (
     Param("INIT_STD", 0.005, 0.08),
 )
 FAILED = 10.0  # the loss a crashed or timed-out run reports to a peer (val_bpb is ~3)
-FRESH_SEEDS = (9000, 9001)  # tiers run seeds 0.., 1000.., 2000..
+FRESH_SEEDS = (9000, 9001)  # not the ladder's, which a secret keys (scale_ladder/seeds.py)
 METHODS = ("swarm-tpe", "optuna-tpe-hyperband", "ray-asha", "random")
 
 
