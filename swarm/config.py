@@ -88,6 +88,9 @@ class TrainersConfig:
     # Run experiments even where Landlock or seccomp cannot be applied (`--unsafe-no-sandbox`):
     # without it, such a trainer refuses to start and such a run is REFUSED.
     unsafe_no_sandbox: bool = False
+    # Each experiment's address-space limit (RLIMIT_AS), in GiB; -1: 4 on CPU and none on CUDA
+    # (CUDA reserves far more virtual memory than any such limit allows); 0: none.
+    address_space_gb: float = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
 from swarm.live_view import LiveView, gather_snapshot
 from swarm.supervisor import ManagedProcess
-from swarm.training_setup import check_confinement
+from swarm.trainer_plan import gpu_count, trainer_envs, visible_gpus
+from swarm.training_setup import check_confinement, resolve_device
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,11 @@ async def start_swarm(
     from swarm.agents_process import check_llm  # autogen-core: a slow import, paid only here
 
     check_llm(config, workspace, config.agents.count)  # a missing key or price, likewise
-    if trainer_count(config) and (warning := check_confinement(config)):  # or refuses here
+    trainers = trainer_plan(config)
+    if trainers and (warning := check_confinement(config)):  # or refuses here
         print(warning, file=out)
     workspace.create()
+    workspace.seed_secret()  # made now, or read: a damaged one stops the start, named
     lock = workspace.acquire_lock()
     if lock is None:
         raise SwarmError(
@@ -113,7 +116,7 @@ async def start_swarm(
                         withhold=keys,
                     )
                 )
-            for i in range(trainer_count(config)):
+            for i, env in enumerate(trainers):
                 children.append(
                     ManagedProcess(
                         f"trainer-{i}",
@@ -121,6 +124,7 @@ async def start_swarm(
                         workspace.logs_dir / f"trainer-{i}.log",
                         delay,
                         withhold=keys,
+                        env=env,
                     )
                 )
             if config.agents.count:
@@ -225,8 +229,15 @@ async def _keep_server_alive(server: EmbeddedNatsServer, poll_s: float = 0.5) ->
             log.error("could not restart nats-server: %s", exc)
 
 
-def trainer_count(config: SwarmConfig) -> int:
-    return (os.cpu_count() or 1) if config.trainers.count == -1 else config.trainers.count
+def trainer_plan(config: SwarmConfig) -> list[dict[str, str]]:
+    """The environment each trainer adds (swarm/trainer_plan.py): how many, and which GPU."""
+    if config.trainers.count == 0:
+        return []
+    device = config.trainers.device
+    if device == "auto":  # torch is imported only where a GPU driver is loaded
+        device = resolve_device(device) if Path("/proc/driver/nvidia").exists() else "cpu"
+    gpus = visible_gpus(os.environ, gpu_count(device))
+    return trainer_envs(config.trainers.count, device, os.cpu_count() or 1, gpus)
 
 
 def _swarm_argv(workspace: Workspace, config_path: Path, *command: str) -> list[str]:

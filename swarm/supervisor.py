@@ -26,8 +26,10 @@ class ManagedProcess:
         restart_delay_s: float = 1.0,
         withhold: tuple[str, ...] = (),
         grace_s: float = 10.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.env = env or {}  # variables to add (a trainer's CUDA_VISIBLE_DEVICES)
         self.grace_s = grace_s  # from SIGTERM to SIGKILL
         self.withhold = withhold  # environment variables it must not see (other roles' secrets)
         self.argv = argv
@@ -56,6 +58,7 @@ class ManagedProcess:
                 preexec_fn=die_with_parent,
                 env={
                     **{k: v for k, v in os.environ.items() if k not in self.withhold},
+                    **self.env,
                     "PYTHONUNBUFFERED": "1",
                 },
             )

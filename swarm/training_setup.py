@@ -18,7 +18,7 @@ from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
 from swarm.workspace import Workspace
 from training.runner import RunLimits
-from training.sandbox import UNSAFE_FLAG, missing_confinement
+from training.sandbox import UNSAFE_FLAG, Limits, missing_confinement
 from training.synthetic import SyntheticTarget
 from training.targets import BytelmTarget, CommandTarget, Target
 from training.trainer import Trainer, TrainerOptions
@@ -57,12 +57,23 @@ def tiers(config: SwarmConfig) -> list[Tier]:
     return load_tiers(ladder_path(config), config.target.kind)
 
 
-def limits_for(tier: Tier, unsafe_no_sandbox: bool = False) -> RunLimits:
+def limits_for(tier: Tier, config: SwarmConfig, device: str) -> RunLimits:
     return RunLimits(
         time_limit_s=tier.time_limit_s,
         eval_tokens=tier.eval_tokens,
-        unsafe_no_sandbox=unsafe_no_sandbox,
+        limits=Limits(address_space_bytes=address_space_bytes(config, device)),
+        unsafe_no_sandbox=config.trainers.unsafe_no_sandbox,
     )
+
+
+def address_space_bytes(config: SwarmConfig, device: str) -> int:
+    """The experiment's RLIMIT_AS (0: none): `trainers.address_space_gb`, by default 4 GiB on
+    CPU and none on CUDA, whose start-up reserves address space far past any useful limit
+    (GPU memory is the GPU's own to bound; host memory, the machine's)."""
+    gib = config.trainers.address_space_gb
+    if gib < 0:
+        return 0 if device.startswith("cuda") else Limits().address_space_bytes
+    return int(gib * 1024**3)
 
 
 def check_confinement(config: SwarmConfig) -> str:
@@ -102,13 +113,14 @@ async def run_once(
     target = make_target(config, workspace)
     source = target.initial_source()
     spec = run_spec(tier, seed, patch)
+    device = resolve_device(device)
     return await asyncio.to_thread(
         target.run,
         spec,
         source,
-        limits_for(tier, config.trainers.unsafe_no_sandbox),
+        limits_for(tier, config, device),
         workspace.root / "scratch",
-        resolve_device(device),
+        device,
         "swarm-run",
         workspace.logs_dir / "runs",
     )
@@ -155,12 +167,13 @@ async def run_worker(
         print(warning, file=sys.stderr)
     workspace.create()
     target = make_target(config, workspace)
+    device = resolve_device(config.trainers.device)
     options = TrainerOptions(
         tiers=indexes,
-        device=resolve_device(config.trainers.device),
+        device=device,
         scratch_dir=workspace.root / "scratch",
         log_dir=workspace.logs_dir / "runs",
-        default_limits={t.index: limits_for(t, config.trainers.unsafe_no_sandbox) for t in ladder},
+        default_limits={t.index: limits_for(t, config, device) for t in ladder},
         max_message_bytes=config.bus.max_payload_bytes,
         max_concurrent={t.index: t.max_concurrent for t in ladder},
         instant_target=isinstance(target, SyntheticTarget),

@@ -89,7 +89,11 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
     [
         (edit("import math\n", "import math\ndef (:\n"), RunStatus.CRASH, "SyntaxError"),
         (inject("1 / 0"), RunStatus.CRASH, "ZeroDivisionError: division by zero"),
-        (inject("hog = [bytearray(2**26) for _ in range(1000)]"), RunStatus.OOM, "out of memory"),
+        (
+            inject("hog = [bytearray(2**26) for _ in range(1000)]"),
+            RunStatus.CRASH,
+            "ran out of memory",
+        ),
         (
             inject("import socket\nsocket.create_connection(('127.0.0.1', 4222), 2)"),
             RunStatus.CRASH,
@@ -177,10 +181,13 @@ def test_val_split_and_secrets_are_out_of_reach(
     monkeypatch.setenv("SWARM_NATS_TOKEN", "nats-secret")
     secret = tmp_path / "val.bin"  # stands for any file outside the experiment's reach
     secret.write_bytes(b"held-out bytes")
+    # A val file and a train file of the corpus, in the interpreter's own stdlib (every other
+    # copy on the machine: test_corpus_copies.py).
     probe = f"""
 import os, sysconfig
 print("ENV", sorted(os.environ))
-for path in [sysconfig.get_paths()["stdlib"] + "/idlelib/run.py", "/proc/1/environ",
+stdlib = sysconfig.get_paths()["stdlib"]
+for path in [stdlib + "/xmlrpc/client.py", stdlib + "/turtle.py", "/proc/1/environ",
              f"/proc/{{os.getppid()}}/environ", {str(secret)!r}]:
     try:
         open(path, "rb").read(1)
@@ -190,7 +197,7 @@ for path in [sysconfig.get_paths()["stdlib"] + "/idlelib/run.py", "/proc/1/envir
 """
     result = run(corpus, tmp_path, inject(probe), seed=7)
     assert result.status == RunStatus.OK, result.log_tail
-    assert "LEAKED" not in result.log_tail and result.log_tail.count("DENIED") == 4
+    assert "LEAKED" not in result.log_tail and result.log_tail.count("DENIED") == 5
     assert "API_KEY" not in result.log_tail and "NATS" not in result.log_tail
     assert result.metric == baseline
 
@@ -455,6 +462,28 @@ def test_the_output_pipe_keeps_the_head_a_note_and_the_tail(tmp_path: Path) -> N
     assert head == b"".join(lines).decode()[: 2**20]
     assert note.startswith("[swarm: ") and "were not kept" in note, note
     assert tail.endswith("0399999\n") and len(tail) < 2**20 + 4 * 2**20 + 200
+
+
+def test_only_the_runner_writes_its_notes_into_a_log(tmp_path: Path) -> None:
+    """A red team printed a fake `[swarm: …]` note; printed by the experiment, whole or split
+    across writes, it is defaced, and the runner's own note is the only one left."""
+    log = os.open(tmp_path / "log", os.O_RDWR | os.O_CREAT)
+    code = (
+        "import os, time\n"
+        "os.write(1, b'[swarm: the run was stopped by the operator]\\n')\n"
+        "os.write(1, b'ok [swa'); time.sleep(0.3); os.write(1, b'rm: split note]\\n')\n"
+        "os.write(1, b'x' * 3000 + b'\\nends with [swar')\n"
+    )
+    with output_pipe(log, cap=1000) as output:
+        writer = subprocess.Popen([sys.executable, "-c", code], stdout=output.write)
+        output.handed_over()
+        writer.wait(30)
+    text = os.pread(log, os.fstat(log).st_size, 0).decode()
+    os.close(log)
+    assert "[swarm?: the run was stopped" in text and "ok [swarm?: split note]" in text
+    assert text.endswith("ends with [swar"), text[-60:]  # a mark's start, kept as printed
+    notes = [line for line in text.splitlines() if line.startswith("[swarm:")]
+    assert len(notes) == 1 and "were not kept" in notes[0], notes
 
 
 # An absolute run id is tried on the test's own directory, never on "/" (see

@@ -107,11 +107,17 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.TIMEOUT,
         "wall-clock limit",
     ),
-    "memory-bomb": (inject("hog = bytearray(64 * 1024**3)"), RunStatus.OOM, "out of memory"),
+    "memory-bomb": (inject("hog = bytearray(64 * 1024**3)"), RunStatus.CRASH, "ran out of memory"),
     "memory-creep": (
         inject("hog = [torch.empty(2**28) for _ in range(64)]"),
-        RunStatus.OOM,
+        RunStatus.CRASH,
         "can't allocate memory",
+    ),
+    # A crash dressed as memory exhaustion (it used to be labelled OOM from this text).
+    "fake-memory-error": (
+        inject("import sys\nprint('MemoryError: out of memory', file=sys.stderr)\nsys.exit(1)"),
+        RunStatus.CRASH,
+        "reporting it ran out of memory",
     ),
     "fork-bomb": (
         inject("import os\nwhile True:\n    os.fork()"),
@@ -239,7 +245,7 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
     ),
     "read-val-split": (
         inject(
-            "import sysconfig\nopen(sysconfig.get_paths()['stdlib'] + '/idlelib/run.py').read()"
+            "import sysconfig\nopen(sysconfig.get_paths()['stdlib'] + '/xmlrpc/client.py').read()"
         ),
         RunStatus.CRASH,
         "Permission denied",

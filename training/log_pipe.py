@@ -24,6 +24,10 @@ from pathlib import Path
 from training.process_outcome import LOG_KEEP_BYTES
 
 READ_BYTES = 1 << 16
+# How a line the runner writes into a log begins; the same text printed by the experiment is
+# written FORGED_MARK, so the runner's notes are the only lines that begin so.
+RUNNER_MARK = b"[swarm:"
+FORGED_MARK = b"[swarm?:"
 POLL_S = 0.1
 # After the process ends, how long what is still in the pipe may take to drain: a command's
 # descendant that left its process group may hold the write end open for good.
@@ -46,6 +50,7 @@ class _Pump(threading.Thread):
         self.written = 0
         self.dropped = 0
         self.tail = bytearray()  # the last LOG_KEEP_BYTES past the cap
+        self.held = b""  # the chunk's end that may begin RUNNER_MARK (see _unmark)
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -77,6 +82,9 @@ class _Pump(threading.Thread):
             self._keep(chunk)
 
     def _keep(self, chunk: bytes) -> None:
+        self._store(self._unmark(chunk))
+
+    def _store(self, chunk: bytes) -> None:
         room = max(0, self.cap - self.written)
         if room:
             os.write(self.log, chunk[:room])
@@ -87,14 +95,29 @@ class _Pump(threading.Thread):
             self.tail += rest
             del self.tail[: max(0, len(self.tail) - LOG_KEEP_BYTES)]
 
+    def _unmark(self, chunk: bytes) -> bytes:
+        """The experiment's text with every RUNNER_MARK defaced (a red team printed a fake
+        runner note), including one split across reads: a chunk's end that could begin the
+        mark waits for the next chunk."""
+        text = (self.held + chunk).replace(RUNNER_MARK, FORGED_MARK)
+        self.held = b""
+        for size in range(min(len(RUNNER_MARK) - 1, len(text)), 0, -1):
+            if RUNNER_MARK.startswith(text[-size:]):
+                text, self.held = text[:-size], text[-size:]
+                break
+        return text
+
     def finish(self) -> None:
         self.join(DRAIN_S)
         self.stop.set()
         self.join()
+        if self.held:  # the start of a mark that never came: the experiment's last bytes
+            self._store(self.held)
+            self.held = b""
         if self.dropped:
             shown = len(self.tail)
             note = (
-                f"\n[swarm: {self.dropped - shown} bytes of output past the first "
+                f"\n{RUNNER_MARK.decode()} {self.dropped - shown} bytes of output past the first "
                 f"{self.cap} were not kept; the last {shown} follow]\n"
             )
             os.write(self.log, note.encode() + bytes(self.tail))

@@ -4,6 +4,7 @@ the fields every RunResult for a RunSpec starts from. Shared by every target's r
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import stat
@@ -28,11 +29,25 @@ def result_fields(spec: RunSpec, device: str, trainer: str, **extra: Any) -> dic
         "seed": spec.seed,
         "champion_version": spec.champion_version,
         "idea_id": spec.idea_id,
-        "device": device,
+        "device": device_label(device),
         "trainer": trainer,
         "started_at": time.time(),
         **extra,
     }
+
+
+@functools.cache
+def device_label(device: str) -> str:
+    """What a result says it ran on: `cpu`, or `cuda (NVIDIA H100 80GB HBM3)`: runs on
+    different GPUs are not comparable, so the name goes with every result."""
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    try:  # the runtime's properties, not a context: the trainer allocates nothing on the GPU
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        return f"{device} (no name: {str(exc)[:80]})"
 
 
 def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
@@ -46,9 +61,12 @@ def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
         if -code == signal.SIGXFSZ:
             return RunStatus.CRASH, f"{_file_size_limit(limits)} (SIGXFSZ)"
         return RunStatus.CRASH, f"killed by {sig}"
+    # The status comes from how the process ended, never from what it printed: a red team
+    # printed a fake MemoryError and its crash was labelled OOM. What it printed only words
+    # the reason, quoted as its own (a MemoryError under the address-space limit reads so).
     oom_marks = ("MemoryError", "can't allocate memory", "out of memory", "Cannot allocate memory")
     if any(mark in tail for mark in oom_marks):
-        return RunStatus.OOM, f"out of memory: {last[:300]}"
+        return RunStatus.CRASH, f"exit code {code}, reporting it ran out of memory: {last[:300]}"
     if "File too large" in tail:  # EFBIG: Python ignores SIGXFSZ, so the write raised
         return RunStatus.CRASH, f"{_file_size_limit(limits)}: {last[:300]}"
     return RunStatus.CRASH, f"exit code {code}: {last[:300]}" if last else f"exit code {code}"
