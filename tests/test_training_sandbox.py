@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from bus.messages import BudgetKind, RunStatus
 from tests.training_helpers import (
@@ -24,6 +25,7 @@ from tests.training_helpers import (
     tiny_spec,
 )
 from training.corpus import Corpus
+from training.evaluator import EVAL_BATCH, Evaluation
 from training.log_pipe import output_pipe, private_log
 from training.runner import RunLimits, run_bytelm
 from training.sandbox import Limits
@@ -464,6 +466,49 @@ def test_the_output_pipe_keeps_the_head_a_note_and_the_tail(tmp_path: Path) -> N
     assert tail.endswith("0399999\n") and len(tail) < 2**20 + 4 * 2**20 + 200
 
 
+# Keeps training after it has saved its model (a red team blocked its exit and trained 60 s
+# more in a thread, then saved again): here it saves a model of the wrong kind 2 s later.
+TRAINS_AFTER_HANDING_OVER = inject(
+    """import time
+import training.protocol as p
+write = p.write_all
+def write_all(fd, data):
+    write(fd, data)
+    if data[:1] == b"D":
+        time.sleep(2)
+        torch.save(torch.nn.Linear(1, 1), "model.pt")
+p.write_all = write_all"""
+)
+
+
+def test_a_model_is_evaluated_as_it_was_handed_over(
+    corpus: Corpus, tmp_path: Path, baseline: float
+) -> None:
+    """The training process is killed when it says its model is saved: nothing it does after
+    that reaches the evaluation."""
+    result = run(corpus, tmp_path, TRAINS_AFTER_HANDING_OVER, seed=7)
+    assert result.status == RunStatus.OK and result.metric == baseline, result.reason
+
+
+def test_probe_batches_look_like_real_ones_and_move_between_evaluations() -> None:
+    """A red team told probe batches by a repeated row (covers drawn with replacement) and by
+    their fixed places (after batches 0 and 5 at tier 0)."""
+    val = torch.randint(0, 256, (200_000,), dtype=torch.uint8)
+    places = set()
+    for _ in range(5):
+        evaluation = Evaluation(val, 64, 16_384)
+        probes = sorted(evaluation._probe_batch)
+        places.add(tuple(probes))
+        for index in probes:
+            rows = {bytes(row.tolist()) for row in evaluation.batches[index]}
+            assert len(rows) == len(evaluation.batches[index]) == EVAL_BATCH
+        for index, (probe, twin_row) in evaluation._probe_batch.items():
+            own = evaluation._windows()[evaluation._probes[probe][0]]
+            batch = evaluation.batches[index]
+            assert not any(torch.equal(row, own) for i, row in enumerate(batch) if i != twin_row)
+    assert len(places) > 1
+
+
 def test_only_the_runner_writes_its_notes_into_a_log(tmp_path: Path) -> None:
     """A red team printed a fake `[swarm: …]` note; printed by the experiment, whole or split
     across writes, it is defaced, and the runner's own note is the only one left."""
@@ -481,7 +526,7 @@ def test_only_the_runner_writes_its_notes_into_a_log(tmp_path: Path) -> None:
     text = os.pread(log, os.fstat(log).st_size, 0).decode()
     os.close(log)
     assert "[swarm?: the run was stopped" in text and "ok [swarm?: split note]" in text
-    assert text.endswith("ends with [swar"), text[-60:]  # a mark's start, kept as printed
+    assert text.endswith("ends with [swar\n"), text[-60:]  # a mark's start, its line ended
     notes = [line for line in text.splitlines() if line.startswith("[swarm:")]
     assert len(notes) == 1 and "were not kept" in notes[0], notes
 

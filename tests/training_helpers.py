@@ -113,6 +113,46 @@ ATTACKS: dict[str, tuple[str, RunStatus, str]] = {
         RunStatus.CRASH,
         "can't allocate memory",
     ),
+    # A refusal for want of a sandbox, printed and exited with its code, by a recipe that ran
+    # confined: the runner takes the refusal only over the pipe, before any recipe code.
+    "forged-sandbox-refusal": (
+        inject(
+            "import sys\nfrom training.harness_child import NO_SANDBOX\n"
+            "print(NO_SANDBOX + ' (landlock unavailable)', file=sys.stderr)\nsys.exit(4)"
+        ),
+        RunStatus.CRASH,
+        "exit code 4",
+    ),
+    # A real-time signal to itself: `signal.Signals(40)` raised in the runner (a red team).
+    "signal-40": (inject("import os\nos.kill(os.getpid(), 40)"), RunStatus.CRASH, "signal 40"),
+    # Killed by SIGKILL from itself: it used to read as OOM.
+    "self-sigkill": (
+        inject("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"),
+        RunStatus.CRASH,
+        "killed by SIGKILL",
+    ),
+    # Evict a page from the cache (a bit of a memory shared with later runs; a red team).
+    "page-cache-evict": (
+        inject(
+            "import os\nfd = os.open('recipe.py', os.O_RDONLY)\n"
+            "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)"
+        ),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
+    # Ask which pages of a file are cached (mincore): the reading end of that memory.
+    "page-cache-read": (
+        inject(
+            "import ctypes, mmap, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "m = mmap.mmap(os.open('recipe.py', os.O_RDONLY), 0, access=mmap.ACCESS_COPY)\n"
+            "vec = ctypes.create_string_buffer(64)\n"
+            "where = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+            "if libc.mincore(where, ctypes.c_size_t(len(m)), vec) != 0:\n"
+            "    raise PermissionError(os.strerror(ctypes.get_errno()))"
+        ),
+        RunStatus.CRASH,
+        "Operation not permitted",
+    ),
     # A crash dressed as memory exhaustion (it used to be labelled OOM from this text).
     "fake-memory-error": (
         inject("import sys\nprint('MemoryError: out of memory', file=sys.stderr)\nsys.exit(1)"),

@@ -7,9 +7,10 @@ A model that peeks at later bytes in its window (non-causal attention, or any tr
 the future inputs) would score far too well. Causality probes catch it: a few "twin" windows
 share a prefix with a real window and then diverge at a random point; a causal model's
 predictions over the shared prefix are identical for both. Twins travel in separate batches
-among the real ones, so the model cannot compare them side by side, and a probe batch looks like
-any other (the same size, the twin at a random place among windows of the val split): a red team
-noted that a model could be causal only in batches of one, which is what probes used to be.
+among the real ones, at places drawn afresh for each evaluation, so the model cannot compare them
+side by side, and a probe batch looks like any other (the same size, the twin at a random row
+among distinct windows of the val split): a red team noted that a model could be causal only in
+batches of one, which is what probes used to be, and another told them by a repeated row.
 Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
 to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
 Each batch is answered by a fresh process (fresh_eval.py), so a model cannot remember a real
@@ -20,6 +21,7 @@ window and replay it for its twin; within a batch, a prediction that uses the ot
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -55,42 +57,42 @@ class Evaluation:
     _first_window: dict[int, int] = field(default_factory=dict)  # real batch -> window index
     _probe_batch: dict[int, tuple[int, int]] = field(default_factory=dict)  # -> probe, row
     _probes: list[tuple[int, int]] = field(default_factory=list)  # (window index, split)
+    _probe_row: list[int] = field(default_factory=list)  # the twin's row in its batch
     _logits: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        windows = self._windows()
+        windows = self._windows()  # fixed: every run of every idea is scored on the same bytes
         real = [windows[i : i + EVAL_BATCH] for i in range(0, len(windows), EVAL_BATCH)]
-        # Fixed, seed-independent choices: every run of every idea is scored on the same bytes.
-        rng = random.Random(len(self.val) * 31 + self.context)
-        twins = []
-        for _ in range(PROBES):
+        # The probes are not scored, so they are drawn afresh for each evaluation: nothing
+        # learned of one run's probes says where the next run's are, or what they hold.
+        rng = random.Random(os.urandom(16))
+        order: list[tuple[torch.Tensor, int | None]] = [(batch, None) for batch in real]
+        for probe in range(PROBES):
             index = rng.randrange(len(windows))
             split = rng.randrange(1, self.context - 1)
             donor = rng.randrange(len(self.val) - self.context - 1)
             twin = windows[index].clone()
             twin[split + 1 :] = self.val[donor : donor + self.context - split]
             self._probes.append((index, split))
-            # The twin among windows of the val split, as many as a real batch holds.
+            # The twin at a random row among other windows of the val split, as many as a real
+            # batch holds and all different, as a real batch's are (a red team told probe
+            # batches by a repeated row); never its own window, which the model could compare.
             size = len(real[0])
-            row = rng.randrange(size)
-            # Never the twin's own window: a model may compare the rows of one batch.
             others = [i for i in range(len(windows)) if i != index] or [index]
-            cover = [windows[rng.choice(others)] for _ in range(size - 1)]
-            twins.append((torch.stack([*cover[:row], twin, *cover[row:]]), row))
-        every = max(1, len(real) // PROBES)
+            picked = rng.sample(others, size - 1) if len(others) >= size - 1 else others
+            row = rng.randrange(len(picked) + 1)
+            cover = [windows[i] for i in picked]
+            batch = torch.stack([*cover[:row], twin, *cover[row:]])
+            order.insert(rng.randrange(len(order) + 1), (batch, probe))
+            self._probe_row.append(row)
         first = 0
-        for i, batch in enumerate(real):
-            self._first_window[len(self.batches)] = first
-            self.batches.append(batch)
-            first += len(batch)
-            if i % every == 0 and twins:
-                self._add_probe(*twins.pop(0))
-        while twins:  # fewer real batches than probes
-            self._add_probe(*twins.pop(0))
-
-    def _add_probe(self, probe_batch: torch.Tensor, row: int) -> None:
-        self._probe_batch[len(self.batches)] = (len(self._probe_batch), row)
-        self.batches.append(probe_batch)
+        for windows_of, which in order:
+            if which is None:
+                self._first_window[len(self.batches)] = first
+                first += len(windows_of)
+            else:
+                self._probe_batch[len(self.batches)] = (which, self._probe_row[which])
+            self.batches.append(windows_of)
 
     def _windows(self) -> torch.Tensor:
         n = max(1, self.n_tokens // self.context)

@@ -45,6 +45,9 @@ SCRATCH_DEPTH_MAX = 32  # directories a run may nest in its scratch directory
 # AFTER_BUDGET_STEPS times its mean step.
 AFTER_BUDGET_S = 3.0
 AFTER_BUDGET_STEPS = 3
+# ... but never more than this share of its training time: a red team made its mean step long
+# with two huge batches under a seconds budget, and then trained 14 s past a 10 s budget.
+AFTER_BUDGET_SHARE = 0.1
 
 
 class Cancelled(Exception):
@@ -53,6 +56,10 @@ class Cancelled(Exception):
 
 class ChildGone(Exception):
     """The experiment exited or closed its pipe before the protocol was done."""
+
+
+class SandboxRefused(Exception):
+    """The process could not confine itself and ran none of the recipe (its first message)."""
 
 
 class Stop(Exception):
@@ -114,8 +121,17 @@ class ExperimentSession:
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.spec.seed)  # same seed, same data
 
+    def confined(self) -> None:
+        """The process's first message: confined ("S"), or refused for want of a sandbox."""
+        kind = self.read(1)
+        if kind == b"X":
+            raise SandboxRefused
+        if kind != b"S":
+            raise Stop(RunStatus.CRASH, f"protocol violation: {kind!r} before the sandbox's word")
+
     def train(self) -> None:
         """Answer the training stage's requests until it has saved its model."""
+        self.confined()
         while True:
             kind = self.read(1)
             if kind == b"B":
@@ -154,6 +170,7 @@ class ExperimentSession:
     ) -> None:
         """Send batch `index`'s windows (inputs only) to this evaluation process and score its
         logits; `before_windows` runs once it has asked, before it is sent anything."""
+        self.confined()
         if self.read(1) != b"E":
             raise Stop(RunStatus.CRASH, "protocol violation: expected a request for windows")
         before_windows()
@@ -180,8 +197,9 @@ class ExperimentSession:
             return
         if not progress.steps:
             return
-        step = (progress.last_batch - progress.started) / progress.steps
-        allowed = max(AFTER_BUDGET_S, AFTER_BUDGET_STEPS * step)
+        trained = progress.last_batch - progress.started
+        steps = min(AFTER_BUDGET_STEPS * trained / progress.steps, AFTER_BUDGET_SHARE * trained)
+        allowed = max(AFTER_BUDGET_S, steps)
         idle = time.monotonic() - since
         if idle > allowed:
             raise Stop(

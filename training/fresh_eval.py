@@ -26,8 +26,14 @@ from typing import TYPE_CHECKING, Any
 from bus.messages import RunSpec, RunStatus
 from training.corpus import Corpus
 from training.evaluator import Evaluation, NonCausalModel
-from training.experiment_session import ChildGone, ExperimentSession, Progress, Stop
-from training.harness_child import EXIT_BAD_MODEL, EXIT_MODEL_LOAD, MODEL_FILE
+from training.experiment_session import (
+    ChildGone,
+    ExperimentSession,
+    Progress,
+    SandboxRefused,
+    Stop,
+)
+from training.harness_child import EXIT_BAD_MODEL, EXIT_MODEL_LOAD, MODEL_FILE, NO_SANDBOX
 from training.log_pipe import OutputPipe
 from training.process_outcome import fd_tail, outcome, remove_tree
 from training.sandbox import scrubbed_env
@@ -98,7 +104,9 @@ def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) ->
         "unsafe_no_sandbox": limits.unsafe_no_sandbox,
     }
     env = scrubbed_env(folder, {}, cpu=not device.startswith("cuda"))
-    output = OutputPipe(run.log, limits.limits.file_size_bytes)
+    # One limit on the run's log, not one per process (a red team's 11 processes wrote 11x it)
+    room = max(0, limits.limits.file_size_bytes - os.fstat(run.log).st_size)
+    output = OutputPipe(run.log, room)
     try:
         try:
             process = start_experiment(config, env, limits.limits, (req_w, resp_r, output.write))
@@ -124,6 +132,8 @@ def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) ->
                 return  # its logits are in: how it ends changes nothing
             except ChildGone:
                 code = session.wait_exit()
+            except SandboxRefused:
+                raise Stop(RunStatus.REFUSED, NO_SANDBOX) from None
         finally:
             process.kill()  # and waited for: the next batch's process never meets this one
             os.close(req_r)

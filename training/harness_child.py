@@ -81,6 +81,10 @@ def _confine(config: dict[str, Any], write: list[Path]) -> None:
     unsafe = "" if complete else f" (unconfined: {sandbox.UNSAFE_FLAG})"
     if config.get("stage") != "evaluate" or not complete:  # once per run, not per batch
         print(f"sandbox: {', '.join(applied)}{unsafe}", file=sys.stderr, flush=True)
+    from training import protocol as p
+
+    # Said over the pipe, before any of the recipe runs: a recipe that prints the refusal and
+    # exits with its code was taken for one (a red team). The runner takes "X" only first.
     if not complete and not config.get("unsafe_no_sandbox"):
         print(
             f"{NO_SANDBOX} ({applied[0]}; {applied[1]}); "
@@ -88,7 +92,9 @@ def _confine(config: dict[str, Any], write: list[Path]) -> None:
             file=sys.stderr,
             flush=True,
         )
+        p.write_all(config["req_fd"], b"X")
         sys.exit(EXIT_NO_SANDBOX)
+    p.write_all(config["req_fd"], b"S")
 
 
 def _evaluate_one_batch(config: dict[str, Any]) -> None:

@@ -111,8 +111,10 @@ class _Pump(threading.Thread):
         self.join(DRAIN_S)
         self.stop.set()
         self.join()
-        if self.held:  # the start of a mark that never came: the experiment's last bytes
-            self._store(self.held)
+        if self.held:  # the start of a mark that never came: the experiment's last bytes,
+            # ended with a newline, so that what the next process of the run prints into the
+            # same log cannot complete the mark (a red team's `[swa` + `rm: …`)
+            self._store(self.held + b"\n")
             self.held = b""
         if self.dropped:
             shown = len(self.tail)

@@ -55,9 +55,9 @@ def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
     from the end of its log."""
     last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
     if code < 0:
-        sig = signal.Signals(-code).name
-        if -code == signal.SIGKILL:
-            return RunStatus.OOM, f"killed by {sig} (the kernel's out-of-memory killer?)"
+        sig = signal_name(-code)
+        if -code == signal.SIGKILL:  # the kernel's OOM killer sends it, and so can the process
+            return RunStatus.CRASH, f"killed by {sig} (by the kernel's out-of-memory killer?)"
         if -code == signal.SIGXFSZ:
             return RunStatus.CRASH, f"{_file_size_limit(limits)} (SIGXFSZ)"
         return RunStatus.CRASH, f"killed by {sig}"
@@ -70,6 +70,15 @@ def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
     if "File too large" in tail:  # EFBIG: Python ignores SIGXFSZ, so the write raised
         return RunStatus.CRASH, f"{_file_size_limit(limits)}: {last[:300]}"
     return RunStatus.CRASH, f"exit code {code}: {last[:300]}" if last else f"exit code {code}"
+
+
+def signal_name(number: int) -> str:
+    """SIGSEGV, or `signal 40` for a real-time signal (which `signal.Signals` does not name: a
+    red team's self-sent signal 40 crashed the runner)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _file_size_limit(limits: Limits) -> str:

@@ -4,7 +4,9 @@ The experiment never gets a data file: it asks the runner for each training batc
 runner stops answering when the budget is spent. For evaluation the runner sends held-out windows
 and receives the model's logits; it computes the metric itself.
 
-Experiment → runner, one byte of kind then a fixed header:
+Experiment → runner, one byte of kind then a fixed header. First, before any recipe code runs:
+  S                        confined (or unconfined where the user allowed it)
+  X                        the sandbox could not be applied: the process ends, nothing ran
   B <II batch, context>    ask for a batch; answer <Id nbytes, progress> + nbytes of uint8
                            (batch × (context + 1)); nbytes 0 means the budget is spent
   L <d loss>               the loss of the last step (the runner fails fast on NaN/inf)

@@ -21,9 +21,16 @@ from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
-from training.experiment_session import Cancelled, ChildGone, ExperimentSession, Progress, Stop
+from training.experiment_session import (
+    Cancelled,
+    ChildGone,
+    ExperimentSession,
+    Progress,
+    SandboxRefused,
+    Stop,
+)
 from training.fresh_eval import Run, evaluate_in_fresh_processes
-from training.harness_child import EXIT_NO_SANDBOX, NO_SANDBOX
+from training.harness_child import NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
@@ -118,28 +125,27 @@ def _experiment(
         spec, corpus, limits, log, device, progress, cancel, time.monotonic() + limits.time_limit_s
     )
     try:
-        code, handed_over = _train(run, scratch)
+        code = _train(run, scratch)
+    except SandboxRefused:  # said over the pipe before any of the recipe ran: its log is ours
+        last = (fd_tail(log).strip().splitlines() or [""])[-1]
+        return RunStatus.REFUSED, last if last.startswith(NO_SANDBOX) else NO_SANDBOX, None
     except Stop as stop:
         return stop.status, stop.reason, None
-    last = (fd_tail(log).strip().splitlines() or [""])[-1]
-    if code == EXIT_NO_SANDBOX and last.startswith(NO_SANDBOX):  # before any of the recipe ran
-        return RunStatus.REFUSED, last, None
-    if code != 0:  # the pipe is drained: the log holds all the experiment wrote
-        return (*outcome(code, fd_tail(log), limits.limits), None)
-    if not handed_over:
-        return (
-            RunStatus.CRASH,
-            "the experiment exited before its evaluation (it never saved its model)",
-            None,
-        )
+    if code is not None:  # it ended without handing over a model; the log holds all it wrote
+        if code != 0:
+            return (*outcome(code, fd_tail(log), limits.limits), None)
+        why = "the experiment exited before its evaluation (it never saved its model)"
+        return RunStatus.CRASH, why, None
     try:  # the training process is dead: nothing of it is left to meet the evaluation's
         return RunStatus.OK, "", evaluate_in_fresh_processes(run, scratch)
     except Stop as stop:
         return stop.status, stop.reason, None
 
 
-def _train(run: Run, scratch: Path) -> tuple[int, bool]:
-    """The training stage, to its end: its exit code, and whether it saved its model."""
+def _train(run: Run, scratch: Path) -> int | None:
+    """The training stage, to its end: None once it has saved its model (it is killed then:
+    a red team kept training in a thread after saying so, and saved again), else its exit
+    code."""
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     os.set_blocking(resp_w, False)  # no write may outlast the deadline (see the session's write)
@@ -178,11 +184,10 @@ def _train(run: Run, scratch: Path) -> tuple[int, bool]:
         try:
             try:
                 session.train()
-                handed_over = True
+                return None
             except ChildGone:
-                handed_over = False
-            return session.wait_exit(), handed_over
-        finally:
+                return session.wait_exit()
+        finally:  # killed and waited for: nothing of it is left when the evaluation starts
             process.kill()
             os.close(req_r)
             os.close(resp_w)

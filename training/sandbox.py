@@ -10,8 +10,9 @@ Applied in the experiment's own process, before any recipe code is imported:
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
   socket at all (Landlock only covers TCP), no memfd (memory outside the address-space limit),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
-  process, no SysV IPC, keyring or memfd_secret (state that outlives the run), and no syscall
-  of another ABI (i386 or x32).
+  process, no SysV IPC, keyring or memfd_secret (state that outlives the run), no probing or
+  evicting the page cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise
+  COLD/PAGEOUT: a memory shared with other runs), and no syscall of another ABI (i386 or x32).
 - capabilities: all dropped, so an experiment run by root cannot raise its rlimits.
 - rlimits (set between fork and exec by the runner): address space, file size, open files,
   processes. The scratch directory's total size is the runner's to watch (`Limits.disk_bytes`).
@@ -210,6 +211,13 @@ class _Abi:
     # Denied in every mode.
     shared_state: tuple[int, ...] = ()
     prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
+    # What reads or steers the page cache: mincore, cachestat, fadvise64, readahead, preadv2 and
+    # pwritev2 (RWF_NOWAIT tells a cached page), and madvise's COLD and PAGEOUT. A red team made
+    # the cache of readable files a memory shared by evaluation processes and later runs (a
+    # page cached or evicted is a bit). Denied to experiments of ours; timing still tells a
+    # cached page, but nothing can evict one at will.
+    page_cache: tuple[int, ...] = ()
+    madvise: int = -1
 
 
 _ABIS = {
@@ -223,6 +231,8 @@ _ABIS = {
         namespaces=(272, 308),
         prlimit=302,
         shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
+        page_cache=(27, 451, 221, 187, 327, 328),
+        madvise=28,
     ),
     "aarch64": _Abi(
         0xC00000B7,
@@ -234,6 +244,8 @@ _ABIS = {
         namespaces=(97, 268),
         prlimit=261,
         shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
+        page_cache=(232, 451, 223, 213, 286, 287),
+        madvise=233,
     ),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
@@ -263,7 +275,8 @@ def restrict_syscalls(processes: bool = False) -> str:
     if abi.x32:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
     denied = abi.denied[-1:] if processes else abi.denied
-    for number in (*denied, *abi.namespaces, *abi.shared_state):
+    cache = abi.page_cache if not processes else ()
+    for number in (*denied, *abi.namespaces, *abi.shared_state, *cache):
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
     # falls back to clone, whose flags it can check.
@@ -276,6 +289,9 @@ def restrict_syscalls(processes: bool = False) -> str:
     # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
     prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    if not processes:  # madvise: all but MADV_COLD (20) and MADV_PAGEOUT (21), which evict
+        prog += [(jeq, 0, 5, abi.madvise), (ld, 0, 0, arg0 + 16), (jeq, 2, 0, 20), (jeq, 1, 0, 21)]
+        prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
     # socket: none at all for an experiment of ours (it talks to the runner over pipes it was
     # given); Unix ones only for a command's toolchain.
     if processes:

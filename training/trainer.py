@@ -250,16 +250,24 @@ class Trainer:
             limits = replace(limits, time_limit_s=spec.time_limit_s)
         if spec.eval_tokens:
             limits = replace(limits, eval_tokens=spec.eval_tokens)
-        return self.target.run(
-            spec,
-            source,
-            limits,
-            self.options.scratch_dir,
-            self.options.device,
-            self.name,
-            self.options.log_dir,
-            self._cancel,
-        )
+        try:
+            return self.target.run(
+                spec,
+                source,
+                limits,
+                self.options.scratch_dir,
+                self.options.device,
+                self.name,
+                self.options.log_dir,
+                self._cancel,
+            )
+        except Cancelled:
+            raise
+        except Exception as exc:  # a fault of ours that an experiment found: its run, not us
+            log.exception("run %s: the runner failed", spec.run_id)
+            base = result_fields(spec, self.options.device, self.name)
+            why = f"the runner failed: {type(exc).__name__}: {str(exc)[:300]}"
+            return RunResult(**base, status=RunStatus.CRASH, reason=why)
 
     async def _publish(self, result: RunResult, msg: Msg) -> None:
         await publish_event(self.js, result, timeout=30)  # before the ack: never lost
