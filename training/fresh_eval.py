@@ -17,44 +17,20 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from bus.messages import RunSpec, RunStatus
-from training.corpus import Corpus
+from bus.messages import RunStatus
 from training.evaluator import Evaluation, NonCausalModel
-from training.experiment_session import (
-    ChildGone,
-    ExperimentSession,
-    Progress,
-    SandboxRefused,
-    Stop,
-)
+from training.experiment_session import ChildGone, SandboxRefused, Stop
 from training.harness_child import EXIT_BAD_MODEL, EXIT_MODEL_LOAD, MODEL_FILE, NO_SANDBOX
 from training.log_pipe import OutputPipe
 from training.process_outcome import fd_tail, outcome, remove_tree
-from training.sandbox import scrubbed_env
-from training.zygote import start_experiment
+from training.stage_process import Run, stage_process
 
 if TYPE_CHECKING:
     from training.runner import RunLimits
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """What every process of one run shares: its spec, limits, log, device and deadline."""
-
-    spec: RunSpec
-    corpus: Corpus
-    limits: RunLimits
-    log: int
-    device: str
-    progress: Progress
-    cancel: threading.Event | None
-    deadline: float  # monotonic
 
 
 def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
@@ -89,44 +65,11 @@ def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
 
 def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) -> None:
     """One evaluation process for batch `index`: started, answered, and dead on return."""
-    spec, limits, device = run.spec, run.limits, run.device
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    os.set_blocking(resp_w, False)
-    config: dict[str, Any] = {
-        "stage": "evaluate",
-        "seed": spec.seed,
-        "dials": spec.dials,
-        "device": device,
-        "scratch": str(folder),
-        "req_fd": req_w,
-        "resp_fd": resp_r,
-        "unsafe_no_sandbox": limits.unsafe_no_sandbox,
-    }
-    env = scrubbed_env(folder, {}, cpu=not device.startswith("cuda"))
     # One limit on the run's log, not one per process (a red team's 11 processes wrote 11x it)
-    room = max(0, limits.limits.file_size_bytes - os.fstat(run.log).st_size)
+    room = max(0, run.limits.limits.file_size_bytes - os.fstat(run.log).st_size)
     output = OutputPipe(run.log, room)
     try:
-        try:
-            process = start_experiment(config, env, limits.limits, (req_w, resp_r, output.write))
-        finally:
-            output.handed_over()
-            os.close(req_w)
-            os.close(resp_r)
-        session = ExperimentSession(
-            spec,
-            run.corpus,
-            limits,
-            process,
-            folder,
-            req_r,
-            resp_w,
-            run.progress,
-            run.cancel,
-            run.deadline,
-        )
-        try:
+        with stage_process(run, "evaluate", folder, output) as session:
             try:
                 session.answer_windows(evaluation, index, before_windows=output.cut)
                 return  # its logits are in: how it ends changes nothing
@@ -134,13 +77,9 @@ def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) ->
                 code = session.wait_exit()
             except SandboxRefused:
                 raise Stop(RunStatus.REFUSED, NO_SANDBOX) from None
-        finally:
-            process.kill()  # and waited for: the next batch's process never meets this one
-            os.close(req_r)
-            os.close(resp_w)
     finally:
         output.close()
-    raise Stop(*_failure(code, session.windows_sent, fd_tail(run.log), limits))
+    raise Stop(*_failure(code, session.windows_sent, fd_tail(run.log), run.limits))
 
 
 def _failure(code: int, windows_sent: bool, tail: str, limits: RunLimits) -> tuple[RunStatus, str]:

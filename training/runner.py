@@ -24,18 +24,17 @@ from training.corpus import Corpus
 from training.experiment_session import (
     Cancelled,
     ChildGone,
-    ExperimentSession,
     Progress,
     SandboxRefused,
     Stop,
 )
-from training.fresh_eval import Run, evaluate_in_fresh_processes
+from training.fresh_eval import evaluate_in_fresh_processes
 from training.harness_child import NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
-from training.sandbox import Limits, scrubbed_env
-from training.zygote import start_experiment
+from training.sandbox import Limits
+from training.stage_process import Run, stage_process
 
 __all__ = ["PLAIN_NAME", "Cancelled", "RunLimits", "run_bytelm"]
 
@@ -146,48 +145,13 @@ def _train(run: Run, scratch: Path) -> int | None:
     """The training stage, to its end: None once it has saved its model (it is killed then:
     a red team kept training in a thread after saying so, and saved again), else its exit
     code."""
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    os.set_blocking(resp_w, False)  # no write may outlast the deadline (see the session's write)
-    config = {
-        "stage": "train",
-        "seed": run.spec.seed,
-        "dials": run.spec.dials,
-        "device": run.device,
-        "scratch": str(scratch),
-        "req_fd": req_w,
-        "resp_fd": resp_r,
-        "unsafe_no_sandbox": run.limits.unsafe_no_sandbox,
-    }
-    env = scrubbed_env(scratch, {}, cpu=not run.device.startswith("cuda"))
-    with output_pipe(run.log, run.limits.limits.file_size_bytes) as output:
+    with (
+        output_pipe(run.log, run.limits.limits.file_size_bytes) as output,
+        stage_process(run, "train", scratch, output) as session,
+    ):
         try:
-            process = start_experiment(
-                config, env, run.limits.limits, (req_w, resp_r, output.write)
-            )
-        finally:
-            output.handed_over()
-            os.close(req_w)
-            os.close(resp_r)
-        session = ExperimentSession(
-            run.spec,
-            run.corpus,
-            run.limits,
-            process,
-            scratch,
-            req_r,
-            resp_w,
-            run.progress,
-            run.cancel,
-            run.deadline,
-        )
-        try:
-            try:
-                session.train()
-                return None
-            except ChildGone:
-                return session.wait_exit()
-        finally:  # killed and waited for: nothing of it is left when the evaluation starts
-            process.kill()
-            os.close(req_r)
-            os.close(resp_w)
+            session.train()
+            return None
+        except ChildGone:
+            code: int = session.wait_exit()
+            return code
