@@ -57,7 +57,9 @@ def tiers(config: SwarmConfig) -> list[Tier]:
     return load_tiers(ladder_path(config), config.target.kind)
 
 
-def limits_for(tier: Tier, config: SwarmConfig, device: str) -> RunLimits:
+def limits_for(tier: Tier, config: SwarmConfig | None = None, device: str = "cpu") -> RunLimits:
+    """A tier's limits under `config` (the defaults without one, as the benches use)."""
+    config = config or SwarmConfig()
     return RunLimits(
         time_limit_s=tier.time_limit_s,
         eval_tokens=tier.eval_tokens,
