@@ -62,6 +62,10 @@ class History:
         self.tried: dict[int, set[str]] = defaultdict(set)  # version -> fingerprints
         self.pending: dict[str, list[Decision]] = defaultdict(list)  # decisions before ideas
         self.failures: deque[Failure] = deque(maxlen=FAILURES_KEPT)
+        # On the current champion only: idea -> (tier, gain) of each rejected by the rules there,
+        # and (idea, version, entry tier) of every second look sent (agents/second_look.py).
+        self.rejected: dict[str, tuple[int, float]] = {}
+        self.looked: set[tuple[str, int, int]] = set()
         # Snapshots for brains, rebuilt only after a change: a burst of proposals between two
         # events shares one instead of copying every finding per proposal.
         self._findings_snapshot: tuple[Finding, ...] | None = None
@@ -113,6 +117,8 @@ class History:
     def _on_champion(self, change: ChampionChange) -> list[Notice]:
         new = change.version > self.champion
         self.sources[change.version] = change.source
+        if new:  # near misses on the old champion are not near misses on this one
+            self.rejected.clear()
         self.add_tried(change.version, fingerprint(change.source))
         finding = self._findings.get(change.idea_id)
         if change.kind is ChangeKind.STACK and finding is not None:
@@ -122,6 +128,8 @@ class History:
     def _on_idea(self, idea: Idea) -> list[Notice]:
         if idea.idea_id in self._findings or idea.target != self.target:
             return []
+        if idea.entry_tier and idea.parent_ids:
+            self.looked.add((idea.parent_ids[0], idea.champion_version, idea.entry_tier))
         base = self.sources.get(idea.champion_version)
         changes: tuple[Change, ...] = ()
         code_changed = False
@@ -161,6 +169,8 @@ class History:
             )
         final = decision.verdict in (Verdict.PROMOTE, Verdict.REJECT)
         if final and decision.delta is not None and decision.decided_by == "ladder":
+            if decision.verdict is Verdict.REJECT and decision.champion_version == self.champion:
+                self.rejected[decision.idea_id] = (decision.tier, decision.delta)
             baseline = _first_baseline(decision.details)
             gain = Gain(decision.champion_version, decision.tier, decision.delta, baseline)
             kept = [g for g in finding.gains if (g.version, g.tier) != (gain.version, gain.tier)]

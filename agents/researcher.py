@@ -1,16 +1,17 @@
 """A researcher: reads what the swarm learned, proposes the next idea, explains why.
 
-Plain logic, no runtime and no bus (agents/runtime_agents.py hosts it in autogen-core). It reads
-the swarm's history from a History (agents/history.py) that the researchers of a host share, and
-keeps only its own state: at most `max_in_flight` of its own ideas undecided below the top tier,
-and as many again waiting on the top tier (back-pressure: the queue never fills with one agent's
-ideas, yet a slow top tier does not leave the lower tiers without work), its notes on what
-became of them, its rests. It asks
-its brain (agents/brain.py) for a proposal on the current champion, never one already tried
-there. After a failed attempt it waits before the next (doubling, up to 10x `cooldown_s`); when
-its brain's budget is spent it stops proposing and says so. When an offline brain finds nothing
-in the champion it may move, the researcher says so too, once per champion, as an AgentEvent the
-live view shows: otherwise a swarm on a file with no dials would sit idle with no word why.
+Plain logic, no runtime and no bus (agents/runtime_agents.py hosts it in autogen-core). It reads the
+swarm's history from a History (agents/history.py) that the researchers of a host share, and keeps
+only its own state: at most `max_in_flight` of its own ideas undecided below the top tier, and as
+many again waiting on the top tier (back-pressure: the queue never fills with one agent's ideas, yet
+a slow top tier does not leave the lower tiers without work), its notes on what became of them, its
+rests. It asks its brain (agents/brain.py) for a proposal on the current champion, never one already
+tried there; when the brain has nothing untried, it sends a second look at the nearest miss instead
+(agents/second_look.py). After a failed attempt it waits before the next (doubling, up to 10x
+`cooldown_s`); when its brain's budget is spent it stops proposing and says so. When an offline
+brain finds nothing in the champion it may move, the researcher says so too, once per champion, as
+an AgentEvent the live view shows: otherwise a swarm on a file with no dials would sit idle with no
+word why.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, replace
 from agents.brain import Attempt, Brain, Desk, Failure, Finding, Proposal
 from agents.history import EVERYONE, History, Notice
 from agents.screening import Screen
+from agents.second_look import second_look
 from bus.champion_store import fingerprint
 from bus.messages import (
     AgentEvent,
@@ -200,13 +202,20 @@ class Researcher:
                 attempt = await self.brain.propose(desk, idea_id, trace_id)
         finally:
             self.proposing = False
+        entry_tier = 0
+        if attempt.proposal is None and not (attempt.stopped or attempt.failed):
+            look = second_look(self.history, self.top_tier)  # rather than leave trainers idle
+            if look is not None:
+                attempt = replace(attempt, proposal=look.proposal)
+                entry_tier = look.entry_tier
         if attempt.proposal is None:
             return self._no_idea(attempt, trace_id, version)
         self.failed_in_a_row = self.empty_in_a_row = 0
         for record in attempt.records:
             if isinstance(record, LlmCall):
                 self.on_llm_call(record)
-        return self._step(attempt, idea_id, trace_id, source, version, len(desk.findings))
+        read = len(desk.findings)
+        return self._step(attempt, idea_id, trace_id, source, version, read, entry_tier)
 
     async def _screened(
         self, desk: Desk, idea_id: str, trace_id: str, screen: Screen
@@ -291,7 +300,14 @@ class Researcher:
         return Step(trace, None, records)
 
     def _step(
-        self, attempt: Attempt, idea_id: str, trace_id: str, source: str, version: int, read: int
+        self,
+        attempt: Attempt,
+        idea_id: str,
+        trace_id: str,
+        source: str,
+        version: int,
+        read: int,
+        entry_tier: int = 0,
     ) -> Step:
         proposal = attempt.proposal
         assert proposal is not None
@@ -305,6 +321,7 @@ class Researcher:
             target=self.target,
             trace_id=trace_id,
             parent_ids=proposal.parents,
+            entry_tier=entry_tier,
         )
         changes = ", ".join(f"{c.name} {c.old}→{c.new}" for c in proposal.changes)
         trace = Trace(
@@ -319,12 +336,15 @@ class Researcher:
                 "persona": proposal.persona.value if proposal.persona else "",
                 "parents": list(proposal.parents),
                 "brain": self.brain.label,
+                "entry_tier": entry_tier,
             },
         )
         # Into the history now, not when the bus brings the idea back: its author must never
         # propose it twice, and the host's other researchers need not either.
         self.history.add_tried(version, fingerprint(proposal.source))
         self.in_flight.add(idea_id)
+        if entry_tier:
+            self.at_tier[idea_id] = entry_tier
         self.proposed += 1
         self.notes.append(f"proposed {idea_id} on v{version}: {_first_line(proposal.hypothesis)}")
         for notice in self.history.observe(idea):  # a new id: no decision waits for it

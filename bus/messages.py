@@ -89,6 +89,10 @@ class Idea:
     trace_id: str = ""
     parent_ids: tuple[str, ...] = ()
     created_at: float = field(default_factory=now)
+    # The tier it is first tested at. Above 0 only for a second look: the recipe of its first
+    # parent, rejected by the rules at the tier below on the same champion, tested once more one
+    # tier up, where a misleading proxy tier cannot reject it (scale_ladder/second_look.py).
+    entry_tier: int = 0
 
     @property
     def event_id(self) -> str:

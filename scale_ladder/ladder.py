@@ -55,6 +55,7 @@ from scale_ladder.rules import (
     seed_ignored,
     seed_ignored_reason,
 )
+from scale_ladder.second_look import second_look_refusal
 from training.fixed_constants import moved_fixed
 from training.patching import make_patch
 
@@ -131,6 +132,9 @@ class Ladder(LadderState):
             if idea.champion_version < self.current:
                 new = self.champions[self.current].source
                 patch = rebase(patch, base.source, new, self.editable)
+            if idea.entry_tier:  # the same recipe as an idea tried here: no duplicate check
+                self._second_look(state, patch)
+                return
         except NotAdmitted as exc:
             verdict = Verdict.REFUSED if idea.champion_version == self.current else Verdict.STALE
             self._decide(state, verdict, str(exc), version=self.current)
@@ -138,6 +142,24 @@ class Ladder(LadderState):
         if self._is_duplicate(state, patch):
             return
         self._request(state.idea.idea_id, self.current, 0, patch, 1)
+
+    def _second_look(self, state: IdeaState, patch: str) -> None:
+        """Admit an idea's second look at its entry tier (second_look.py), or refuse it."""
+        idea = state.idea
+        parent = idea.parent_ids[0] if idea.parent_ids else ""
+        why = second_look_refusal(
+            idea,
+            patch,
+            current=self.current,
+            top=self.top,
+            champion=self.champions[self.current].source,
+            editable=self.editable,
+            parent=self.rejected_at(parent),
+            earlier=self.looked.get((parent, self.current, idea.entry_tier)),
+        )
+        if why is not None:
+            raise NotAdmitted(why)
+        self._request(idea.idea_id, self.current, idea.entry_tier, patch, 1)
 
     def _is_duplicate(self, state: IdeaState, patch: str) -> bool:
         """Refuse an idea whose patched recipe, or whose change up to form (near_duplicates.py),

@@ -116,6 +116,8 @@ class LadderState:
     carried: dict[tuple[str, int, int], set[int]] = field(default_factory=lambda: defaultdict(set))
     # tier -> noise pooled over every champion before the current one: the racing prior
     earlier_noise: dict[int, Noise] = field(default_factory=dict)
+    # (idea looked at again, version, entry tier) -> its second look admitted there
+    looked: dict[tuple[str, int, int], str] = field(default_factory=dict)
     # run id -> RunSpec with no result yet: a job the bus lost is put back from here (service.py)
     unfinished: dict[str, RunSpec] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
@@ -169,6 +171,9 @@ class LadderState:
         state = self.ideas.get(spec.idea_id)
         if state is None or spec.champion_version < state.version:
             return
+        if state.phase is Phase.NEW and state.idea.entry_tier and state.idea.parent_ids:
+            looked_at = (state.idea.parent_ids[0], spec.champion_version, state.idea.entry_tier)
+            self.looked.setdefault(looked_at, spec.idea_id)
         if state.phase is Phase.NEW or spec.champion_version > state.version:
             champion = self.champions.get(spec.champion_version)
             if champion is not None:
@@ -333,6 +338,15 @@ class LadderState:
         estimate, so no racing yet."""
         here = self.noise_at(version, tier, exclude=idea_id).sigma
         return here if here is not None else self.earlier_noise.get(tier, Noise()).sigma
+
+    def rejected_at(self, idea_id: str) -> tuple[int, int, str, bool] | None:
+        """(version, tier, patch, rejected by the rules there) of an idea: where a second look
+        at it may enter (second_look.py); None for an idea never seen."""
+        state = self.ideas.get(idea_id)
+        if state is None:
+            return None
+        by_rules = idea_id in self.gains.get((state.version, state.tier), {})
+        return state.version, state.tier, state.patch, state.phase is Phase.DONE and by_rules
 
     def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:
         result = self.results[("", version, tier)].get(seed)

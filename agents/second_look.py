@@ -1,0 +1,60 @@
+"""What a researcher sends when its brain has nothing new: a second look at a near miss.
+
+An offline brain runs dry on a small search space (one choice among a few learners: every
+option tried on the champion, all rejected at tier 0). Its trainers would then stand idle,
+though a tier-0 rejection may only say that the smallest model prefers the champion. So the
+researcher picks the idea the rules rejected on the current champion with the best gain (the
+nearest miss) that has not had its second look, and sends its recipe again, to enter one tier
+up (the ladder's side and why it stays safe: scale_ladder/second_look.py).
+
+Only ideas that set constants qualify: their recipe on the champion is those values written
+into it, as the ladder carries a patch over (the history keeps no patches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.brain import Proposal
+from agents.history import History
+from training.recipe_constants import with_written
+
+
+@dataclass(frozen=True, slots=True)
+class SecondLook:
+    proposal: Proposal
+    entry_tier: int
+
+
+def second_look(history: History, top_tier: int) -> SecondLook | None:
+    """The nearest miss on the current champion not yet looked at again, or None."""
+    version = history.champion
+    source = history.sources.get(version)
+    if source is None:
+        return None
+    candidates = []
+    for idea_id, (tier, gain) in history.rejected.items():
+        finding = history.findings.get(idea_id)
+        if finding is None or tier >= top_tier or (idea_id, version, tier + 1) in history.looked:
+            continue
+        if finding.failed or finding.code_changed or not finding.changes:
+            continue
+        candidates.append((gain, idea_id, tier, finding))
+    if not candidates:
+        return None
+    gain, idea_id, tier, finding = max(candidates, key=lambda c: c[0])
+    try:
+        recipe = with_written(source, finding.changes)
+    except KeyError:  # a constant the champion no longer has: the ladder would refuse it
+        history.looked.add((idea_id, version, tier + 1))
+        return None
+    hypothesis = (
+        f"Second look at tier {tier + 1}: {idea_id} was rejected at tier {tier} "
+        f"(gain {gain:+.4g}); a smaller proxy may rank it wrongly. {finding.hypothesis}"
+    )
+    why = (
+        f"the brain had nothing untried on v{version}; {idea_id} is the nearest miss rejected "
+        f"there without a second look"
+    )
+    proposal = Proposal(hypothesis[:2000], recipe, finding.changes, None, why, (idea_id,))
+    return SecondLook(proposal, tier + 1)

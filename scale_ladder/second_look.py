@@ -1,0 +1,69 @@
+"""A second look: an idea the rules rejected at one tier, tested once more one tier up.
+
+A proxy tier can mislead: on a small model (or a small training set) the champion may beat an
+idea that wins at the top, and an idea rejected at tier 0 is otherwise never run above it.
+When a researcher has nothing new to propose, rather than leave trainers idle it may send
+the recipe of a rejected idea again, naming the tier above as its entry tier (Idea.entry_tier).
+
+What keeps this safe is that it only changes where the idea enters: from there up it meets
+every gate as any idea does, on that tier's own seeds, so a null idea must still pass each
+remaining tier's noise gate by luck to be stacked. Each recipe gets one second look per tier
+and champion, and only after a verdict of the rules (a crash or a refusal is not a near miss).
+
+The ladder admits one when:
+- its entry tier is above 0 and at most the top tier;
+- its first parent was rejected by the rules at the tier below, on the current champion;
+- its recipe on the current champion is its parent's;
+- no other second look of that parent has entered at that tier on this champion.
+"""
+
+from __future__ import annotations
+
+from bus.champion_store import fingerprint
+from bus.messages import Idea
+from scale_ladder.admission import NotAdmitted, patched_source
+
+
+def second_look_refusal(
+    idea: Idea,
+    patch: str,
+    *,
+    current: int,
+    top: int,
+    champion: str,
+    editable: str,
+    parent: tuple[int, int, str, bool] | None,
+    earlier: str | None,
+) -> str | None:
+    """Why the ladder refuses this second look, or None to admit it.
+
+    `champion` is the current champion's recipe (version `current`); `parent` is (version,
+    tier, patch, rejected by the rules there) of the idea it looks at again, None if the ladder
+    never saw it; `earlier` the second look of that parent already admitted at this entry tier
+    on the current champion, if any.
+    """
+    entry = idea.entry_tier
+    if not 0 < entry <= top:
+        return f"entry tier {entry}: a second look enters at a tier from 1 to {top}"
+    if not idea.parent_ids:
+        return "a second look names the idea it looks at again as its first parent"
+    looked_at = idea.parent_ids[0]
+    if parent is None:
+        return f"a second look at {looked_at}: the ladder has no such idea"
+    version, tier, parent_patch, rejected = parent
+    if version != current or tier != entry - 1 or not rejected:
+        return (
+            f"a second look at {looked_at} enters at tier {entry}, but {looked_at} was not "
+            f"rejected by the rules at tier {entry - 1} on champion v{current}"
+        )
+    if earlier is not None:
+        return f"{looked_at} already had its second look at tier {entry}: {earlier}"
+    try:
+        same = fingerprint(patched_source(champion, patch, editable)) == fingerprint(
+            patched_source(champion, parent_patch, editable)
+        )
+    except NotAdmitted as exc:  # the parent's own patch was admitted, so this is the idea's
+        return f"a second look at {looked_at}: {exc}"
+    if not same:
+        return f"a second look at {looked_at} must run its recipe, and this patch runs another"
+    return None

@@ -1,0 +1,160 @@
+"""Second looks: a recipe the rules rejected at a tier, tested again from the tier above.
+
+The ladder's side through the real Ladder (what it admits, what it refuses and why, that the
+gates still apply from the entry tier up, replay), and the whole path through researchers with
+the real model-based brain on a choice whose best option the proxy tier ranks last.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from bench.search.sim import Config, Param, simulate
+from bench.search.swarm_method import SwarmMethod
+from bus.messages import Idea, RunResult, RunSpec, Verdict
+from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_result, patch, started
+from tests.ladder_sim import metric as smooth_metric
+
+
+def misleading_proxy(spec: RunSpec, source: str) -> RunResult:
+    """LR = 2.0 is better than the champion's 1.0 at tier 1, and looks worse at tier 0."""
+    value = smooth_metric(source, spec.seed)
+    if spec.tier == 0 and re.search(r"^LR = 2\.0", source, re.M):
+        value += 0.5
+    return ok_result(spec, value)
+
+
+def rejected_at_tier_0(tmp_path: Path) -> Sim:
+    sim = started(make_ladder(tmp_path))
+    sim.runner = misleading_proxy
+    sim.propose("idea-a", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    assert [d.verdict for d in decisions(sim, "idea-a")] == [Verdict.REJECT]
+    return sim
+
+
+def look_again(sim: Sim, idea_id: str, parent: str = "idea-a", entry: int = 1, lr: str = "2.0"):
+    base = sim.ladder.champions[sim.ladder.current].source
+    idea = Idea(
+        idea_id,
+        "tester",
+        "second look",
+        patch("LR = 1.0", f"LR = {lr}", base),
+        sim.ladder.current,
+        parent_ids=(parent,) if parent else (),
+        entry_tier=entry,
+    )
+    sim.feed(idea)
+    return idea
+
+
+def test_a_second_look_enters_one_tier_up_and_is_stacked_when_it_wins_there(
+    tmp_path: Path,
+) -> None:
+    sim = rejected_at_tier_0(tmp_path)
+    look_again(sim, "idea-a2")
+    sim.run_all()
+    runs = [s for s in sim.log if isinstance(s, RunSpec) and s.idea_id == "idea-a2"]
+    assert runs and {s.tier for s in runs} == {1}  # never run at the tier that misled
+    assert decisions(sim, "idea-a2")[-1].verdict is Verdict.PROMOTE
+    stacked = champions(sim)[-1]
+    assert stacked.idea_id == "idea-a2" and "LR = 2.0" in stacked.source
+
+
+def test_a_second_look_meets_the_gate_of_every_tier_from_its_entry(tmp_path: Path) -> None:
+    sim = started(make_ladder(tmp_path))
+    sim.propose("idea-a", "LR = 1.0->LR = 0.5")  # worse at every tier
+    sim.run_all()
+    look_again(sim, "idea-a2", lr="0.5")
+    sim.run_all()
+    (verdict,) = decisions(sim, "idea-a2")
+    assert verdict.tier == 1 and verdict.verdict is Verdict.REJECT
+    assert sim.ladder.current == 1
+
+
+def test_what_a_second_look_may_not_be_is_refused_with_the_reason(tmp_path: Path) -> None:
+    sim = rejected_at_tier_0(tmp_path)
+    sim.propose("idea-b", "WD = 0.1->WD = 0.5")  # rejected too, by the rules, at tier 0
+    sim.run_all()
+    cases = {
+        "over-top": dict(entry=2),
+        "no-parent": dict(parent=""),
+        "unknown": dict(parent="idea-nobody"),
+        "other-recipe": dict(parent="idea-b"),
+        "twice": {},
+        "still-climbing": dict(parent="idea-first"),  # its parent is being tested at tier 1
+    }
+    look_again(sim, "idea-first")
+    for name, kw in cases.items():
+        look_again(sim, f"idea-{name}", **kw)  # type: ignore[arg-type]
+    sim.run_all()
+    rules = {
+        name: decisions(sim, f"idea-{name}")[0]
+        for name in cases
+        if decisions(sim, f"idea-{name}")[0].verdict is Verdict.REFUSED
+    }
+    assert set(rules) == set(cases)
+    assert "from 1 to 1" in rules["over-top"].rule
+    assert "first parent" in rules["no-parent"].rule
+    assert "no such idea" in rules["unknown"].rule
+    assert "runs another" in rules["other-recipe"].rule
+    assert "already had its second look at tier 1: idea-first" in rules["twice"].rule
+    assert "was not rejected by the rules at tier 0" in rules["still-climbing"].rule
+
+
+def test_a_replayed_ladder_refuses_the_same_second_look_again(tmp_path: Path) -> None:
+    sim = rejected_at_tier_0(tmp_path)
+    look_again(sim, "idea-a2")
+    sim.run_all()
+    replayed = make_ladder(tmp_path)
+    for message in sim.log:
+        replayed.observe(message)
+    assert replayed.act() == []
+    assert replayed.looked == sim.ladder.looked
+    assert replayed.current == sim.ladder.current
+
+
+class ProxyPrefersTheDefault:
+    """Pick one of six options. The top rung ranks them a < b < … < f (f best); the proxy rung
+    ranks the default, a, above every other, so no option passes tier 0 against it."""
+
+    name = "misleading choice"
+    params = (Param("OPTION", choices=("a", "b", "c", "d", "e", "f")),)
+    rung_costs = (1.0, 4.0, 16.0)
+    deterministic_rungs: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        self.default: Config = {"OPTION": "a"}
+
+    def _loss(self, config: Config, rung: int) -> float:
+        rank = self.params[0].choices.index(str(config["OPTION"]))
+        return 1.0 - 0.05 * rank if rung else 0.5 + (0.1 * rank if rank else 0.0)
+
+    def evaluate(self, config: Config, rung: int, seed: int) -> float:
+        return (
+            self._loss(config, rung)
+            + random.Random(f"{seed}:{rung}").gauss(0, 0.005)
+            + (random.Random(f"{seed}:{config['OPTION']}:{rung}").gauss(0, 0.002))
+        )
+
+    def true_loss(self, config: Config) -> float:
+        return self._loss(config, 2)
+
+    def best_loss(self) -> float:
+        return self._loss({"OPTION": "f"}, 2)
+
+
+def test_researchers_that_run_dry_look_again_and_find_what_the_proxy_hid() -> None:
+    problem = ProxyPrefersTheDefault()
+    method = SwarmMethod(problem, seed=0, agents=2)
+    try:
+        trajectory = simulate(problem, method, budget=600, workers=2)
+        ideas = [s.idea for s in method.ladder.ideas.values() if isinstance(s.idea, Idea)]
+    finally:
+        method.close()
+    # Every option lost at tier 0, so without a second look the default would be kept.
+    assert any(i.entry_tier == 1 and i.parent_ids for i in ideas)
+    assert method.incumbent() != problem.default
+    assert trajectory.final < problem.true_loss(problem.default) - problem.best_loss()
