@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -46,6 +47,7 @@ from training.targets import Target
 log = logging.getLogger(__name__)
 
 MAX_DELIVERIES = 3
+ACK_CONFIRM_S = 5.0  # how long a job's ack may take to be confirmed
 IDLE_POLL_S = 0.5
 INSTANT_BATCH = 32  # jobs per fetch for an instant target
 # An instant target's pull: nats-py's fetch of a batch, when no job is ready, waits its whole
@@ -271,7 +273,15 @@ class Trainer:
 
     async def _publish(self, result: RunResult, msg: Msg) -> None:
         await publish_event(self.js, result, timeout=30)  # before the ack: never lost
-        await msg.ack()
+        try:
+            # Confirmed, not fire-and-forget: the next look at a capped tier must not count
+            # this job as still held, or the trainer turns to a lower tier while the capped
+            # one has work (a loaded CI run saw a tier-0 job start before tier 2's last jobs).
+            await msg.ack_sync(timeout=ACK_CONFIRM_S)
+        except nats.errors.TimeoutError:
+            # The result is published; if the ack was lost the job comes back and its second
+            # result is dropped by run id (ledger and ladder).
+            log.warning("run %s: the server did not confirm its ack", result.run_id)
         self.completed += 1
         log.info(
             "run %s: %s %s",
