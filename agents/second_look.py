@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from agents.brain import Proposal
 from agents.history import History
-from training.recipe_constants import with_written
+from training.recipe_constants import constants, with_written
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,7 @@ def second_look(history: History, top_tier: int) -> SecondLook | None:
     source = history.sources.get(version)
     if source is None:
         return None
+    names = constants(source)
     candidates = []
     for idea_id, (tier, gain) in history.rejected.items():
         finding = history.findings.get(idea_id)
@@ -39,15 +40,13 @@ def second_look(history: History, top_tier: int) -> SecondLook | None:
             continue
         if finding.failed or finding.code_changed or not finding.changes:
             continue
+        if any(c.name not in names for c in finding.changes):  # the ladder would refuse it
+            continue
         candidates.append((gain, idea_id, tier, finding))
     if not candidates:
         return None
     gain, idea_id, tier, finding = max(candidates, key=lambda c: c[0])
-    try:
-        recipe = with_written(source, finding.changes)
-    except KeyError:  # a constant the champion no longer has: the ladder would refuse it
-        history.looked.add((idea_id, version, tier + 1))
-        return None
+    recipe = with_written(source, finding.changes)
     hypothesis = (
         f"Second look at tier {tier + 1}: {idea_id} was rejected at tier {tier} "
         f"(gain {gain:+.4g}); a smaller proxy may rank it wrongly. {finding.hypothesis}"
