@@ -240,7 +240,13 @@ class ModelSearch:
         further ranks better), the one its Hyperband pruner gives TPE. (A trial per tier as
         soon as each verdict came, or complete trials at every tier, did worse in bench.search
         on the low-correlation problems.) GP reads complete trials only: complete, with the
-        value at the highest tier decided."""
+        value at the highest tier decided.
+
+        A second look (agents/second_look.py) enters above tier 0, so it has no value below its
+        entry tier. Rejected there, it passed no gate at all, yet as a trial pruned at its
+        entry tier it would rank above every tier-0 reject (Optuna ranks pruned trials by the
+        step they reached first), and TPE would read a failure as one of its best points. It
+        is pruned with no values instead: the worst rank."""
         by_tier = tier_values(finding, desk)
         if finding.failed and finding.tier not in by_tier and self._high is not None:
             by_tier[finding.tier] = (finding.champion_version, self._high)  # a crash: the worst
@@ -260,6 +266,8 @@ class ModelSearch:
         elif highest >= desk.top_tier:
             del steps[highest]
             self._add(params, TrialState.COMPLETE, value, steps)
+        elif min(by_tier) > 0 and len(by_tier) == 1:
+            self._add(params, TrialState.PRUNED)  # a second look that failed where it entered
         else:
             self._add(params, TrialState.PRUNED, None, steps)
 

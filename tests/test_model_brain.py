@@ -256,3 +256,29 @@ def test_a_value_the_search_cannot_hold_is_a_refused_attempt_not_a_crash() -> No
     assert attempt.failed and "listed twice" in attempt.why_not
     running = [t for t in search._study.get_trials(deepcopy=False) if t.state is TrialState.RUNNING]
     assert len(running) <= 1  # the one proposal made, nothing left behind by the refusal
+
+
+def test_a_second_look_rejected_where_it_entered_is_no_better_than_a_tier_0_reject() -> None:
+    """A second look enters at tier 1 with no tier-0 value. Pruned at step 1, Optuna's TPE
+    would rank it above every tier-0 reject (pruned trials rank by the step they reached), so
+    a recipe rejected twice would count among the best points; it is a pruned trial with no
+    values (ranked last). One promoted at its entry tier and decided at the top is complete."""
+    tier0_reject = Finding(
+        "idea-0", "a", 1, (Change("WD", "0.1", "0.2"),), "h", 0, "REJECT", -0.01,
+        gains=(Gain(1, 0, -0.01, BASELINE),),
+    )  # fmt: skip
+    failed_look = Finding(
+        "idea-l", "a", 1, (Change("WD", "0.1", "0.5"),), "h", 1, "REJECT", -0.02,
+        gains=(Gain(1, 1, -0.02, BASELINE),),
+    )  # fmt: skip
+    climbed = Finding(
+        "idea-u", "a", 1, (Change("WD", "0.1", "0.7"),), "h", 2, "REJECT", -0.03,
+        gains=(Gain(1, 1, 0.02, BASELINE), Gain(1, 2, -0.03, BASELINE)),
+    )  # fmt: skip
+    search = ModelSearch(Sampler.TPE, seed=0)
+    propose(search, desk(RECIPE, (tier0_reject, failed_look, climbed)))
+    by_wd = {round(t.params["WD"], 3): t for t in search._study.get_trials(deepcopy=False)}
+    assert by_wd[0.2].state is TrialState.PRUNED and list(by_wd[0.2].intermediate_values) == [0]
+    assert by_wd[0.5].state is TrialState.PRUNED and not by_wd[0.5].intermediate_values
+    assert by_wd[0.7].state is TrialState.COMPLETE
+    assert by_wd[0.7].value == pytest.approx(BASELINE + 0.03)
