@@ -19,12 +19,12 @@ from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import config_files, event_loop, people
 from swarm.config import ConfigError, SwarmConfig, check_brains, load_config, with_overrides
+from swarm.errors import SwarmError
 from swarm.follow_up import swarm_program
 from swarm.ladder_process import make_ladder, run_ladder
 from swarm.ledger_process import SwarmNotRunning, run_ledger
 from swarm.output import FORMATS, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
-from swarm.start import SwarmError, bus_settings, start_swarm
 from swarm.status import COUNTS_SQL, counts_from, live_status
 from swarm.workspace import Workspace
 from training.sandbox import UNSAFE_FLAG
@@ -382,7 +382,12 @@ def _target_values(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> int:
+    # What starts a swarm is imported only for the commands that do: it imports torch and the
+    # researchers' models (~2 s), which `swarm sql`, `swarm status` and the ledger and ladder
+    # processes should not pay at every call.
     if args.command == "start":
+        from swarm.start import start_swarm
+
         print(_what_it_runs(args, config), flush=True)
         await start_swarm(config, workspace, args.minutes)
     elif args.command == "ledger":
@@ -427,6 +432,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
 def _bus_to_join(config: SwarmConfig, workspace: Workspace, role: Role) -> BusSettings:
     """--nats URL, or the swarm running in this workspace (worker and agents join either, as
     their role where the swarm runs its embedded server)."""
+    from swarm.start import bus_settings
+
     settings = bus_settings(config) if config.bus.url else workspace.read_bus_settings(role)
     if settings is None:
         raise SwarmNotRunning(f"no swarm running in {workspace.root}; pass --nats URL")

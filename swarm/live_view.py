@@ -24,7 +24,7 @@ from rich.text import Text
 
 from agents.brain import Persona
 from agents.brain_groups import LLM_BRAINS, MODEL_BRAINS
-from agents.researcher import FINAL
+from agents.finding_values import FINAL
 from bus.subjects import JOBS_STREAM, trainer_consumer_name
 from bus.untrusted import for_terminal
 from ledger.sql_protocol import SqlError
@@ -64,7 +64,7 @@ verdicts AS (
     SELECT idea_id, arg_max(verdict, created_at) AS verdict FROM decisions GROUP BY idea_id),
 in_play AS (
     SELECT i.author, count(*) AS n FROM ideas i LEFT JOIN verdicts v USING (idea_id)
-    WHERE coalesce(v.verdict, '') NOT IN ({", ".join(f"'{v.value}'" for v in sorted(FINAL))})
+    WHERE coalesce(v.verdict, '') NOT IN ({", ".join(f"'{v}'" for v in sorted(FINAL))})
       AND NOT EXISTS (SELECT 1 FROM champions c WHERE c.idea_id = i.idea_id)
     GROUP BY i.author)
 SELECT a.agent_id AS name, coalesce(p.n, 0) AS in_play, coalesce(l.action, '') AS last_action,

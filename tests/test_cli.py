@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -24,6 +26,25 @@ def test_help_shows_examples() -> None:
     done = run_swarm(Path("unused"), "--help")
     assert done.returncode == 0
     assert "swarm sql" in done.stdout and "examples:" in done.stdout
+
+
+# What only starting, training and proposing need: a query that imported them would take ~3 s
+# of CPU instead of ~0.3 s, at every `swarm sql`, every `swarm status` and in the ledger and
+# ladder processes.
+HEAVY = ("torch", "scipy", "sklearn", "optuna", "autogen_core", "anthropic", "matplotlib")
+
+
+def test_queries_import_nothing_that_trains_or_proposes(running_swarm: RunningSwarm) -> None:
+    root = str(running_swarm.workspace.root)
+    calls = [["status"], ["sql", "select count(*) from runs"], ["champion", "show"]]
+    script = (
+        "import sys\nfrom swarm.cli import main\n"
+        f"codes = [main(['--workspace', {root!r}, *args]) for args in {calls!r}]\n"
+        f"print(codes, sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[0, 0, 0] []", done.stdout + done.stderr
 
 
 def test_sql_while_running_and_after_stop(running_swarm: RunningSwarm) -> None:
