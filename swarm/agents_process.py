@@ -10,53 +10,14 @@ import socket
 from agents.brain import Persona
 from agents.brain_groups import LLM_BRAINS, parse_brain_groups
 from agents.host import HostOptions, run_host
-from agents.llm_client import RetryPolicy
-from agents.llm_setup import LlmSetup, ProviderSettings
 from bus.nats_bus import BusSettings, connect
 from scale_ladder.tiers import load_ladder
 from swarm.config import SwarmConfig
-from swarm.config_files import built_in, ladder_path
+from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import target_info
-from swarm.preflight import check_editable, project_fixed
+from swarm.preflight import check_llm, llm_setup, project_fixed
 from swarm.workspace import Workspace
-
-
-def llm_setup(config: SwarmConfig, workspace: Workspace) -> LlmSetup:
-    llm = config.llm
-    return LlmSetup(
-        providers={
-            "anthropic": ProviderSettings(
-                llm.anthropic_model, llm.anthropic_base_url, llm.anthropic_api_key_env
-            ),
-            "openai": ProviderSettings(
-                llm.openai_model, llm.openai_base_url, llm.openai_api_key_env
-            ),
-        },
-        prices_path=built_in(config, "llm", "prices"),
-        program=built_in(config, "agents", "program"),
-        strategies_seed=built_in(config, "agents", "strategies"),
-        strategies=workspace.root / "strategies",
-        max_tokens=llm.max_tokens,
-        temperature=llm.temperature if llm.temperature >= 0 else None,
-        max_usd=llm.max_usd,
-        max_usd_per_agent=llm.max_usd_per_agent,
-        retry=RetryPolicy(max_retries=llm.max_retries, timeout_s=llm.timeout_s),
-    )
-
-
-def check_llm(config: SwarmConfig, workspace: Workspace, count: int) -> None:
-    """Everything the LLM brains need (a key, a price, the research direction), before a
-    process starts; LlmSetupError names what is missing. And, here so that `swarm start` and
-    `swarm agents` both check it, that offline brains have something to move (ConfigError)."""
-    check_editable(config, count)
-    setup = llm_setup(config, workspace)
-    providers = {g.brain for g in parse_brain_groups(config.agents.brain, count)}
-    providers &= set(LLM_BRAINS)
-    if providers and config.meta.enabled and config.meta.brain:
-        providers.add(config.meta.brain)
-    for provider in sorted(providers):
-        setup.check(provider)
 
 
 def host_options(

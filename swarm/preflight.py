@@ -3,17 +3,26 @@
 Offline brains (tpe, gp, heuristic) only move the editable file's constants. Pointed at a file
 with none they may move (a script whose config is below its code, or every dial fixed), they
 would sit idle while trainers wait: `swarm start` and `swarm agents` refuse that up front,
-naming the file and how to give the brains something to move.
+naming the file and how to give the brains something to move. Likewise an LLM brain without
+its key, price or research direction, and experiments this machine cannot confine.
+
+Light on purpose: `swarm start` runs these checks, and importing the researchers themselves
+(autogen-core, Optuna, scikit-learn: ~2 s) is the agents process's cost, not the start's.
 """
 
 from __future__ import annotations
 
 from agents.brain_groups import LLM_BRAINS, parse_brain_groups
+from agents.llm_client import RetryPolicy
+from agents.llm_setup import LlmSetup, ProviderSettings
 from agents.search_space import SpaceError, space_of
 from swarm.config import ConfigError, SwarmConfig
+from swarm.config_files import built_in
 from swarm.ladder_process import target_info
+from swarm.workspace import Workspace
 from training.fixed_constants import fixed_names, nothing_to_move
 from training.recipe_constants import constants
+from training.sandbox import UNSAFE_FLAG, missing_confinement
 
 
 def project_fixed(config: SwarmConfig) -> frozenset[str]:
@@ -46,3 +55,59 @@ def check_editable(config: SwarmConfig, count: int) -> None:
             f"{nothing_to_move(found, info.editable, fixed)}; or give some researchers an LLM "
             "brain (agents.brain), which may edit any code"
         )
+
+
+def llm_setup(config: SwarmConfig, workspace: Workspace) -> LlmSetup:
+    llm = config.llm
+    return LlmSetup(
+        providers={
+            "anthropic": ProviderSettings(
+                llm.anthropic_model, llm.anthropic_base_url, llm.anthropic_api_key_env
+            ),
+            "openai": ProviderSettings(
+                llm.openai_model, llm.openai_base_url, llm.openai_api_key_env
+            ),
+        },
+        prices_path=built_in(config, "llm", "prices"),
+        program=built_in(config, "agents", "program"),
+        strategies_seed=built_in(config, "agents", "strategies"),
+        strategies=workspace.root / "strategies",
+        max_tokens=llm.max_tokens,
+        temperature=llm.temperature if llm.temperature >= 0 else None,
+        max_usd=llm.max_usd,
+        max_usd_per_agent=llm.max_usd_per_agent,
+        retry=RetryPolicy(max_retries=llm.max_retries, timeout_s=llm.timeout_s),
+    )
+
+
+def check_llm(config: SwarmConfig, workspace: Workspace, count: int) -> None:
+    """Everything the LLM brains need (a key, a price, the research direction), before a
+    process starts; LlmSetupError names what is missing. And, here so that `swarm start` and
+    `swarm agents` both check it, that offline brains have something to move (ConfigError)."""
+    check_editable(config, count)
+    setup = llm_setup(config, workspace)
+    providers = {g.brain for g in parse_brain_groups(config.agents.brain, count)}
+    providers &= set(LLM_BRAINS)
+    if providers and config.meta.enabled and config.meta.brain:
+        providers.add(config.meta.brain)
+    for provider in sorted(providers):
+        setup.check(provider)
+
+
+def check_confinement(config: SwarmConfig) -> str:
+    """Refuse to run experiments this machine cannot confine, unless the user said so: then a
+    warning to print. Untrusted code without Landlock or seccomp reaches all the trainer can
+    (the workspace's credentials, the bus, other runs)."""
+    if config.target.kind == "synthetic":
+        return ""  # no code runs: an experiment is arithmetic in the trainer
+    missing = missing_confinement()
+    if not missing:
+        return ""
+    lacking = " and ".join(missing)
+    if not config.trainers.unsafe_no_sandbox:
+        raise ConfigError(
+            f"this machine cannot confine experiments: it lacks {lacking}. Experiments would "
+            f"run with the trainer's reach; pass {UNSAFE_FLAG} (or trainers.unsafe_no_sandbox = "
+            "true) to run them anyway"
+        )
+    return f"swarm: {UNSAFE_FLAG}: experiments run unconfined (no {lacking})"

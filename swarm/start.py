@@ -32,19 +32,16 @@ from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
 from swarm.champion_health import broken_champion
 from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
+from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
 from swarm.live_view import LiveView, gather_snapshot
+from swarm.preflight import check_confinement, check_llm
 from swarm.supervisor import ManagedProcess
 from swarm.trainer_plan import gpu_count, trainer_envs, visible_gpus
-from swarm.training_setup import check_confinement, resolve_device
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
-
-
-class SwarmError(RuntimeError):
-    pass
 
 
 def bus_settings(config: SwarmConfig) -> BusSettings:
@@ -61,8 +58,6 @@ async def start_swarm(
     out: TextIO = sys.stdout,
 ) -> None:
     make_ladder(config)  # a bad ladder or target stops the start here, naming the key
-    from swarm.agents_process import check_llm  # autogen-core: a slow import, paid only here
-
     check_llm(config, workspace, config.agents.count)  # a missing key or price, likewise
     trainers = trainer_plan(config)
     if trainers and (warning := check_confinement(config)):  # or refuses here
@@ -235,6 +230,8 @@ def trainer_plan(config: SwarmConfig) -> list[dict[str, str]]:
         return []
     device = config.trainers.device
     if device == "auto":  # torch is imported only where a GPU driver is loaded
+        from swarm.training_setup import resolve_device
+
         device = resolve_device(device) if Path("/proc/driver/nvidia").exists() else "cpu"
     gpus = visible_gpus(os.environ, gpu_count(device))
     return trainer_envs(config.trainers.count, device, os.cpu_count() or 1, gpus)

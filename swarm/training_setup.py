@@ -16,9 +16,10 @@ from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
+from swarm.preflight import check_confinement
 from swarm.workspace import Workspace
 from training.runner import RunLimits
-from training.sandbox import UNSAFE_FLAG, Limits, missing_confinement
+from training.sandbox import Limits
 from training.synthetic import SyntheticTarget
 from training.targets import BytelmTarget, CommandTarget, Target
 from training.trainer import Trainer, TrainerOptions
@@ -76,25 +77,6 @@ def address_space_bytes(config: SwarmConfig, device: str) -> int:
     if gib < 0:
         return 0 if device.startswith("cuda") else Limits().address_space_bytes
     return int(gib * 1024**3)
-
-
-def check_confinement(config: SwarmConfig) -> str:
-    """Refuse to run experiments this machine cannot confine, unless the user said so: then a
-    warning to print. Untrusted code without Landlock or seccomp reaches all the trainer can
-    (the workspace's credentials, the bus, other runs)."""
-    if config.target.kind == "synthetic":
-        return ""  # no code runs: an experiment is arithmetic in the trainer
-    missing = missing_confinement()
-    if not missing:
-        return ""
-    lacking = " and ".join(missing)
-    if not config.trainers.unsafe_no_sandbox:
-        raise ConfigError(
-            f"this machine cannot confine experiments: it lacks {lacking}. Experiments would "
-            f"run with the trainer's reach; pass {UNSAFE_FLAG} (or trainers.unsafe_no_sandbox = "
-            "true) to run them anyway"
-        )
-    return f"swarm: {UNSAFE_FLAG}: experiments run unconfined (no {lacking})"
 
 
 def run_spec(tier: Tier, seed: int, patch: str = "", idea_id: str = "") -> RunSpec:

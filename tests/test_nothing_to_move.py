@@ -20,10 +20,9 @@ from agents.researcher import Researcher
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, ChangeKind, Trace, new_id
 from bus.nats_bus import publish_event
 from ledger.service import LedgerService
-from swarm.agents_process import check_llm
 from swarm.config import ConfigError, SwarmConfig, with_overrides
 from swarm.live_view import AgentRow, LiveSnapshot, LiveView, gather_snapshot, render
-from swarm.preflight import check_editable
+from swarm.preflight import check_editable, check_llm
 from swarm.sql_client import ask_ledger
 from swarm.start import start_swarm
 from swarm.workspace import Workspace
