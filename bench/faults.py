@@ -168,9 +168,11 @@ def run_faults(root: Path, seconds: float, seed: int, agents: int = 6,
         deadline = started + seconds
         order: list[str] = []
         # Every kind of fault at least once, even when a slow restart on a loaded machine eats
-        # the window (a whole-swarm kill waits for its orphans and a fresh start), up to 4x it.
+        # the window: a whole-swarm kill waits for its orphans and a fresh start, which took
+        # over 30 s on a loaded CI runner, so a short window gets at least 120 s for the rest.
+        overtime = started + max(4 * seconds, 120)
         while time.monotonic() < deadline or (
-            set(report.faults) != set(VICTIMS) and time.monotonic() < started + 4 * seconds
+            set(report.faults) != set(VICTIMS) and time.monotonic() < overtime
         ):
             time.sleep(rng.uniform(*every))
             order = order or rng.sample(VICTIMS, len(VICTIMS))  # every kind, in random order
