@@ -2,7 +2,8 @@
 
 Offline brains: `tpe` (the default: Optuna's TPE over the recipe's constants,
 agents/model_brain.py), `gp` (Optuna's Gaussian process instead) and `heuristic` (the
-hand-written personas). A group
+hand-written personas); `portfolio` asks TPE or a heuristic persona for each idea, whichever
+has done better (agents/portfolio_brain.py). A group
 without a count takes the researchers the others leave (at most one may), so
 `--agents 8 --brain anthropic:6,tpe` is 6 Claude researchers and 2 offline ones.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BRAINS = ("tpe", "gp", "heuristic", "anthropic", "openai")
+BRAINS = ("tpe", "gp", "heuristic", "portfolio", "anthropic", "openai")
 MODEL_BRAINS = ("tpe", "gp")  # model-based: one shared study per host (agents/model_brain.py)
 LLM_BRAINS = ("anthropic", "openai")
 

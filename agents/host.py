@@ -30,6 +30,7 @@ from agents.llm_client import LlmClient
 from agents.llm_setup import LlmSetup
 from agents.meta_agent import MetaAgent
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
+from agents.portfolio_brain import PortfolioBrain
 from agents.researcher import Researcher
 from agents.runtime_agents import (
     FINDINGS,
@@ -62,7 +63,7 @@ FLUSH_S = 25.0  # at shutdown; `swarm start` gives the agents process 30 s befor
 class HostOptions:
     count: int
     name_prefix: str  # researchers: <prefix>-<i>-<persona> (heuristic), <prefix>-<i>-tpe|gp,
-    # <prefix>-<i>-<llm brain>-<persona>
+    # <prefix>-<i>-portfolio-<persona>, <prefix>-<i>-<llm brain>-<persona>
     personas: tuple[Persona, ...]
     max_in_flight: int
     seed: int
@@ -107,11 +108,13 @@ def make_team(options: HostOptions) -> Team:
     settings: dict[str, LlmSettings] = {}
     team = Team(History(options.editable, options.target), [], budget, book, clients)
     searches: dict[str, ModelSearch] = {}  # one study per model brain kind, shared by its group
+    proposed_by: dict[str, str] = {}  # which brain each portfolio idea came from, for them all
     screen = Screen(options.screen, options.seed) if options.screen > 1 else None
     i = 0
     for group in groups:
         for _ in range(group.count):
             persona = options.personas[i % len(options.personas)]
+            modelled = group.brain in (*MODEL_BRAINS, "portfolio")
             brain: Brain
             if group.brain in MODEL_BRAINS:
                 name = f"{options.name_prefix}-{i}-{group.brain}"
@@ -121,6 +124,14 @@ def make_team(options: HostOptions) -> Team:
             elif group.brain == "heuristic":
                 name = f"{options.name_prefix}-{i}-{persona.value}"
                 brain = OfflineBrain(HeuristicBrain(persona, options.seed + i))
+            elif group.brain == "portfolio":  # TPE's study is the host's, as for tpe researchers
+                name = f"{options.name_prefix}-{i}-portfolio-{persona.value}"
+                search = searches.setdefault("tpe", ModelSearch(Sampler("tpe"), options.seed))
+                arms: dict[str, Brain] = {
+                    "tpe": ModelBrain(search),
+                    "heuristic": OfflineBrain(HeuristicBrain(persona, options.seed + i)),
+                }
+                brain = PortfolioBrain(arms, options.seed + i, proposed_by)
             else:
                 name = f"{options.name_prefix}-{i}-{group.brain}-{persona.value}"
                 brain = LlmBrain(persona, _settings(group.brain, options, team, settings))
@@ -134,7 +145,7 @@ def make_team(options: HostOptions) -> Team:
                     options.top_tier,
                     options.cooldown_s,
                     team.history,
-                    None if group.brain in MODEL_BRAINS else screen,  # a model is its own screen
+                    None if modelled else screen,  # a model is its own screen
                     options.fixed,
                 )
             )

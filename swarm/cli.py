@@ -230,8 +230,8 @@ def _add_bus_flags(parser: argparse.ArgumentParser) -> None:
 def _add_brain_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--brain",
-        help="tpe | gp | heuristic | anthropic | openai, or groups like anthropic:6,tpe:2 "
-        "(default: agents.brain, tpe)",
+        help="tpe | gp | heuristic | portfolio | anthropic | openai, or groups like "
+        "anthropic:6,tpe:2 (default: agents.brain, tpe)",
     )
     parser.add_argument(
         "--max-llm-usd", type=float, help="stop LLM proposals once they cost this much in all"

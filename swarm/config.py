@@ -101,8 +101,8 @@ class LadderConfig:
 @dataclass(frozen=True, slots=True)
 class AgentsConfig:
     count: int = 4  # researcher agents `swarm start` hosts (`--agents N`); 0: none
-    # tpe | gp | heuristic (offline) | anthropic | openai, or groups: "anthropic:6,tpe:2"
-    # (one group may go without a count: it takes the rest)
+    # tpe | gp | heuristic | portfolio (offline) | anthropic | openai, or groups such as
+    # "anthropic:6,tpe:2" (one group may go without a count: it takes the rest)
     brain: str = "tpe"
     personas: str = "explorer,exploiter,combiner,ablator"  # assigned to agents in turn
     # ideas one agent may have undecided below the top tier (and as many again on it)

@@ -334,7 +334,8 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
         if persona in MODEL_BRAINS:
             brain, persona = persona, ""
         else:
-            brain = rest[-1] if rest and rest[-1] in LLM_BRAINS else "heuristic"
+            named = rest[-1] if rest else ""
+            brain = named if named in (*LLM_BRAINS, "portfolio") else "heuristic"
         ago = _duration(s.taken_at - a.last_at) if a.last_at is not None else ""
         last = a.last_proposed or a.last_action
         agents.add_row(

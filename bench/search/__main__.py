@@ -27,7 +27,7 @@ from bench.search.swarm_method import SwarmMethod
 
 SWARMS: dict[str, Callable[[Problem, int], Method]] = {
     f"swarm-{brain}": functools.partial(SwarmMethod, name=f"swarm-{brain}", brain=brain)
-    for brain in ("tpe", "gp", "heuristic")
+    for brain in ("tpe", "gp", "heuristic", "portfolio")
 }
 SWARMS["swarm-heuristic-screened"] = functools.partial(
     SwarmMethod, name="swarm-heuristic-screened", brain="heuristic", screen=4

@@ -22,10 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from agents.brain import Persona
+from agents.brain import Brain, Persona
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.history import History, SharedHistory
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
+from agents.portfolio_brain import PortfolioBrain
 from agents.researcher import Researcher
 from agents.screening import Screen
 from bench.search.sim import Config, Job, Param, Problem, Value
@@ -135,15 +136,26 @@ class SwarmMethod:
         source = recipe(problem, problem.default)
         self.ladder = Ladder(tiers, EDITABLE, source)
         personas = itertools.cycle(Persona)
-        shared = ModelSearch(Sampler(brain), seed) if brain != "heuristic" else None
+        model = "tpe" if brain == "portfolio" else brain
+        shared = ModelSearch(Sampler(model), seed) if brain != "heuristic" else None
         history = History(EDITABLE, "bytelm")  # one per host, as `swarm start` builds it
         screening = Screen(screen, seed) if screen > 1 and shared is None else None
+
+        memory: dict[str, str] = {}  # the portfolio researchers' shared record, as in a host
+
+        def brain_of(i: int) -> Brain:
+            heuristic = OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i))
+            if shared is None:
+                return heuristic
+            if brain == "portfolio":
+                arms = {"tpe": ModelBrain(shared), "heuristic": heuristic}
+                return PortfolioBrain(arms, seed * 1000 + i, memory)
+            return ModelBrain(shared)
+
         self.researchers = [
             Researcher(
                 f"agent-{i}",
-                ModelBrain(shared)
-                if shared is not None
-                else OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i)),
+                brain_of(i),
                 EDITABLE,
                 "bytelm",
                 max_in_flight,
