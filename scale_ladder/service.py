@@ -41,6 +41,11 @@ SETTLE_S = 5.0
 @dataclass(frozen=True, slots=True)
 class LadderOptions:
     max_message_bytes: int = 8 * 1024 * 1024
+    # `--max-experiments`: RunSpecs this workspace may ever hold (0: no limit). The ladder stops
+    # sending them there, so the swarm runs exactly that many experiments, however fast they
+    # end; stopping when the ledger counted that many results overshot by the runs that ended
+    # between two looks (40% with instant synthetic runs).
+    max_specs: int = 0
 
 
 class LadderService:
@@ -54,6 +59,8 @@ class LadderService:
         self._inbox: asyncio.Queue[tuple[Message | None, int]] = asyncio.Queue()
         self._lock = asyncio.Lock()  # one act-and-publish at a time
         self._stop = asyncio.Event()
+        self._specs: set[str] = set()  # run ids of the RunSpecs in the stream (with max_specs)
+        self._held: set[str] = set()  # RunSpecs past max_specs: made by the ladder, never sent
 
     async def run(self, stop: asyncio.Event) -> None:
         self._stop = stop
@@ -107,7 +114,7 @@ class LadderService:
                 lost = [
                     spec
                     for run_id, spec in self.ladder.unfinished.items()
-                    if run_id in waiting and run_id not in queued
+                    if run_id in waiting and run_id not in queued and run_id not in self._held
                 ]
                 for spec in lost:
                     await requeue_job(self.js, spec)
@@ -122,6 +129,8 @@ class LadderService:
         await self._inbox.put((message, seq))  # folded in the main loop, which then acts
 
     def _fold(self, message: Message | None, seq: int, replay: Replay) -> None:
+        if isinstance(message, RunSpec) and self.options.max_specs:
+            self._specs.add(message.run_id)
         if message is not None:
             try:
                 self.ladder.observe(message)
@@ -134,7 +143,26 @@ class LadderService:
 
     async def _act(self) -> None:
         async with self._lock:
-            await self._publish(self.ladder.act())
+            await self._publish(self._within_limit(self.ladder.act()))
+
+    def _within_limit(self, messages: list[Message]) -> list[Message]:
+        """The messages, less the RunSpecs past max_specs. Those stay in the ladder's state
+        only: a ladder started later replays the stream, which never had them, and makes them
+        again, as after a kill between making and sending."""
+        limit = self.options.max_specs
+        if not limit:
+            return messages
+        kept: list[Message] = []
+        for message in messages:
+            if isinstance(message, RunSpec) and message.run_id not in self._specs:
+                if len(self._specs) >= limit:
+                    if not self._held:
+                        log.info("%d experiments requested: the limit; no more RunSpecs", limit)
+                    self._held.add(message.run_id)
+                    continue
+                self._specs.add(message.run_id)
+            kept.append(message)
+        return kept
 
     async def _publish(self, messages: list[Message]) -> None:
         """In order. Messages between champion changes go out pipelined (all sent, then all
@@ -207,7 +235,7 @@ class LadderService:
                     out = self.ladder.reject(str(subject), who)
                 else:
                     out = self.ladder.revert(int(subject), who)
-                await self._publish(out)
+                await self._publish(self._within_limit(out))
             answer: dict[str, object] = {"ok": True, "done": [m.event_id for m in out]}
         except LadderRefusal as exc:
             answer = {"ok": False, "error": _shorten(str(exc))}

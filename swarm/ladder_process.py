@@ -105,7 +105,10 @@ async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:
     stop_on_signals(stop)
     nc = await connect(settings, "ladder", config.bus.connect_timeout_s)
     try:
-        options = LadderOptions(max_message_bytes=config.bus.max_payload_bytes)
+        options = LadderOptions(
+            max_message_bytes=config.bus.max_payload_bytes,
+            max_specs=config.limits.max_experiments,
+        )
         await LadderService(nc, ladder, options).run(stop)
     finally:
         await nc.close()
