@@ -232,7 +232,7 @@ def trainer_plan(config: SwarmConfig) -> list[dict[str, str]]:
     if device == "auto":  # torch is imported only where a GPU driver is loaded
         from swarm.training_setup import resolve_device
 
-        device = resolve_device(device) if Path("/proc/driver/nvidia").exists() else "cpu"
+        device = resolve_device(device)
     gpus = visible_gpus(os.environ, gpu_count(device))
     return trainer_envs(config.trainers.count, device, os.cpu_count() or 1, gpus)
 

@@ -18,7 +18,7 @@ from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
 from swarm.preflight import check_confinement
 from swarm.workspace import Workspace
-from training.runner import RunLimits
+from training.run_limits import RunLimits
 from training.sandbox import Limits
 from training.synthetic import SyntheticTarget
 from training.targets import BytelmTarget, CommandTarget, Target
@@ -47,8 +47,13 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
 
 
 def resolve_device(name: str) -> str:
+    """"auto": cuda where torch sees a GPU, else cpu. Without an NVIDIA driver loaded there is
+    none to see, and torch (~1.4 s, ~200 MB) is not imported to be told so: a trainer of the
+    synthetic or a command target never needs it."""
     if name != "auto":
         return name
+    if not Path("/proc/driver/nvidia").exists():
+        return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -91,3 +91,32 @@ def test_a_swarm_runs_on_it_end_to_end_and_stops_at_its_experiment_limit(tmp_pat
     assert _counts(ws)[:2] == (100, 100)
     audit = run_swarm(ws, "audit")
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_its_trainers_never_load_torch(tmp_path: Path) -> None:
+    """Only bytelm runs need torch: a trainer of the synthetic (or a command) target that
+    loaded it would pay ~1.4 s and ~200 MB each for nothing."""
+    from bench.faults import children, role_of
+    from tests.conftest import RunningSwarm, wait_for
+
+    config = tmp_path / "swarm.toml"
+    config.write_text(
+        '[target]\nkind = "synthetic"\n[trainers]\ncount = 1\n[agents]\ncount = 1\n'
+        "[status]\ninterval_s = 0.5\n"
+    )
+    swarm = RunningSwarm(tmp_path / "ws", config)
+    try:
+        swarm.wait_ready()
+
+        def ran() -> bool:
+            answer = run_swarm(tmp_path / "ws", "sql", "select count(*) from runs", "--format", "csv")
+            return answer.returncode == 0 and int(answer.stdout.split()[-1]) >= 3
+
+        wait_for(ran, 60, 0.5)
+        workers = [pid for pid, argv in children(swarm.process.pid) if role_of(argv) == "worker"]
+        assert workers
+        for pid in workers:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            assert "libtorch" not in maps and "duckdb" in maps  # (it reads its own imports)
+    finally:
+        swarm.stop()

@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.messages import RunSpec, RunStatus
-from training import runner
 from training.command_io import METRIC_TAIL_BYTES, CommandError, environment, render
 from training.descendants import become_subreaper, kill_adopted, started_at
-from training.experiment_session import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S
 from training.held_out import readable_except
 from training.log_pipe import output_pipe, private_log
 from training.process_outcome import (
@@ -32,6 +30,7 @@ from training.process_outcome import (
     kill_group,
     outcome,
 )
+from training.run_limits import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S, Cancelled, RunLimits
 from training.sandbox import (
     UNSAFE_FLAG,
     Limits,
@@ -62,7 +61,7 @@ class RunContext:
     """What every stage of one run shares."""
 
     spec: RunSpec
-    limits: runner.RunLimits
+    limits: RunLimits
     device: str
     cancel: threading.Event | None
     own_python: bool
@@ -200,7 +199,7 @@ def _watch(
     try:
         while (code := process.poll()) is None:
             if run.cancel is not None and run.cancel.is_set():
-                raise runner.Cancelled
+                raise Cancelled
             now = time.monotonic()
             if now > deadline:
                 reason = f"exceeded the wall-clock limit of {limits.time_limit_s:g}s"

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
-from training import runner
 from training.command_io import CommandError, MetricReader
 from training.command_stage import (
     EVAL_SUFFIX,
@@ -44,6 +43,7 @@ from training.command_stage import (
 from training.held_out import hidden_from_training
 from training.patching import PatchRefused, apply
 from training.process_outcome import remove_tree, result_fields
+from training.run_limits import PLAIN_NAME, RunLimits
 
 COPY_IGNORED = (".git", ".venv", "venv", "__pycache__", "swarm-workspace", "node_modules")
 
@@ -72,7 +72,7 @@ class CommandTarget:
         self,
         spec: RunSpec,
         source: str,
-        limits: runner.RunLimits,
+        limits: RunLimits,
         scratch: Path,
         device: str,
         trainer: str,
@@ -82,7 +82,7 @@ class CommandTarget:
         base = result_fields(
             spec, device, trainer, metric_name=self.metric_name, unconfined=limits.unsafe_no_sandbox
         )
-        if not runner.PLAIN_NAME.fullmatch(spec.run_id):  # it names the copies, then removed
+        if not PLAIN_NAME.fullmatch(spec.run_id):  # it names the copies, then removed
             why = f"run id {spec.run_id[:200]!r} is not a plain name"
             return RunResult(**base, status=RunStatus.REFUSED, reason=why)
         try:

@@ -19,13 +19,15 @@ import json
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from training.corpus_modules import CORPUS_MODULES, VAL_MODULES, corpus_module
 
 TRAIN_CAP_BYTES = 24 * 1024 * 1024
 SKIPPED_DIRS = {"site-packages", "test", "tests", "__pycache__", "idle_test"}
+
+if TYPE_CHECKING:  # torch is imported where a corpus is loaded: trainers of the synthetic and
+    import torch  # command targets import this module but never load one (torch costs ~1.4 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,8 @@ def load_corpus(cache_dir: Path, data: Path | None = None) -> Corpus:
         meta = {"hash": corpus_hash, "source": source, "train": len(train), "val": len(val)}
         manifest.write_text(json.dumps(meta))
     meta = json.loads(manifest.read_text())
+    import torch
+
     return Corpus(
         train=torch.frombuffer(bytearray((folder / "train.bin").read_bytes()), dtype=torch.uint8),
         val=torch.frombuffer(bytearray((folder / "val.bin").read_bytes()), dtype=torch.uint8),

@@ -31,14 +31,13 @@ from training import protocol as p
 from training.corpus import Corpus
 from training.evaluator import Evaluation, InvalidLogits
 from training.process_outcome import disk_usage, peak_rss_mb
+from training.run_limits import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S, Cancelled
 from training.zygote import Experiment
 
 if TYPE_CHECKING:
-    from training.runner import RunLimits
+    from training.run_limits import RunLimits
 
-WATCH_INTERVAL_S = 0.25  # how often the scratch directory's size is checked during a run
 INFO_MAX_BYTES = 64 * 1024  # the experiment's facts for the summary: a few numbers
-SCRATCH_DEPTH_MAX = 32  # directories a run may nest in its scratch directory
 # Between the last batch and the evaluation a recipe finishes its step and returns its model:
 # a few steps' time. More is training the budget did not pay for (a red team replayed the
 # batches it had kept: 12 s of training counted in a 46 s run). At least AFTER_BUDGET_S, else
@@ -48,10 +47,6 @@ AFTER_BUDGET_STEPS = 3
 # ... but never more than this share of its training time: a red team made its mean step long
 # with two huge batches under a seconds budget, and then trained 14 s past a 10 s budget.
 AFTER_BUDGET_SHARE = 0.1
-
-
-class Cancelled(Exception):
-    """The trainer is shutting down: the run was stopped and must be retried elsewhere."""
 
 
 class ChildGone(Exception):

@@ -30,7 +30,7 @@ from training.process_outcome import fd_tail, outcome, remove_tree
 from training.stage_process import Run, stage_process
 
 if TYPE_CHECKING:
-    from training.runner import RunLimits
+    from training.run_limits import RunLimits
 
 
 def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:

@@ -13,16 +13,13 @@ read through the runner's own handle.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.corpus import Corpus
 from training.experiment_session import (
-    Cancelled,
     ChildGone,
     Progress,
     SandboxRefused,
@@ -33,24 +30,10 @@ from training.harness_child import NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
 from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
-from training.sandbox import Limits
+from training.run_limits import PLAIN_NAME, Cancelled, RunLimits
 from training.stage_process import Run, stage_process
 
 __all__ = ["PLAIN_NAME", "Cancelled", "RunLimits", "run_bytelm"]
-
-PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a run id is a directory name
-
-
-@dataclass(frozen=True, slots=True)
-class RunLimits:
-    """Per-tier limits the runner enforces on top of the budget."""
-
-    time_limit_s: float  # hard wall clock for the whole experiment process
-    eval_tokens: int = 16_384
-    limits: Limits = field(default_factory=Limits)
-    # The user's explicit `--unsafe-no-sandbox`: run even where Landlock or seccomp cannot be
-    # applied (else such a run is REFUSED); every result then says `unconfined`.
-    unsafe_no_sandbox: bool = False
 
 
 def run_bytelm(

@@ -24,7 +24,7 @@ from training.sandbox import scrubbed_env
 from training.zygote import start_experiment
 
 if TYPE_CHECKING:
-    from training.runner import RunLimits
+    from training.run_limits import RunLimits
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus
 from training.patching import PatchRefused, apply
 from training.process_outcome import result_fields
-from training.runner import RunLimits
+from training.run_limits import RunLimits
 from training.target_info import SYNTHETIC
 
 # name -> (best value, loss added per squared e-fold away from it)

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Protocol
 
 from bus.messages import RunResult, RunSpec
-from training import runner
 from training.command_io import parse_metric
 from training.command_target import CommandTarget
 from training.corpus import load_corpus
+from training.run_limits import RunLimits
 from training.target_info import RECIPE
 
 __all__ = ["RECIPE", "BytelmTarget", "CommandTarget", "Target", "parse_metric"]
@@ -41,7 +41,7 @@ class Target(Protocol):
         self,
         spec: RunSpec,
         source: str,
-        limits: runner.RunLimits,
+        limits: RunLimits,
         scratch: Path,
         device: str,
         trainer: str,
@@ -66,14 +66,14 @@ class BytelmTarget:
         self,
         spec: RunSpec,
         source: str,
-        limits: runner.RunLimits,
+        limits: RunLimits,
         scratch: Path,
         device: str,
         trainer: str,
         log_dir: Path | None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
+        from training.runner import run_bytelm  # torch: only where bytelm runs
+
         corpus = load_corpus(self.corpus_dir, self.data)
-        return runner.run_bytelm(
-            spec, source, corpus, limits, scratch, device, trainer, log_dir, cancel
-        )
+        return run_bytelm(spec, source, corpus, limits, scratch, device, trainer, log_dir, cancel)

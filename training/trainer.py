@@ -41,7 +41,7 @@ from bus.subjects import (
     trainer_consumer_name,
 )
 from training.process_outcome import result_fields
-from training.runner import Cancelled, RunLimits
+from training.run_limits import Cancelled, RunLimits
 from training.targets import Target
 
 log = logging.getLogger(__name__)
