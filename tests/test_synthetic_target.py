@@ -109,7 +109,7 @@ def test_its_trainers_never_load_torch(tmp_path: Path) -> None:
         swarm.wait_ready()
 
         def ran() -> bool:
-            answer = run_swarm(tmp_path / "ws", "sql", "select count(*) from runs", "--format", "csv")
+            answer = run_swarm(tmp_path / "ws", "sql", "select count(*) from runs", "--format=csv")
             return answer.returncode == 0 and int(answer.stdout.split()[-1]) >= 3
 
         wait_for(ran, 60, 0.5)
