@@ -50,7 +50,7 @@ from agents.runtime_agents import (
 )
 from agents.screening import Screen
 from agents.strategy_book import StrategyBook
-from bus.messages import AgentEvent, AgentEventKind, new_id
+from bus.messages import AgentEvent, AgentEventKind, Idea, new_id
 from bus.nats_bus import publish_event
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,13 @@ async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> lis
             meta, thinkers = team.meta, team.thinkers
             await MetaHostAgent.register(runtime, "meta", lambda: MetaHostAgent(meta, thinkers))
             await runtime.add_subscription(TypeSubscription(META, "meta"))
-        await BusOutAgent.register(runtime, "bus-out", lambda: BusOutAgent(js))
+        by_name = {r.name: r for r in team.researchers}
+
+        def release(idea: Idea, why: str) -> None:
+            if (author := by_name.get(idea.author)) is not None:
+                author.release(idea.idea_id, why)
+
+        await BusOutAgent.register(runtime, "bus-out", lambda: BusOutAgent(js, stop, release))
         await runtime.add_subscription(TypeSubscription(OUTBOX, "bus-out"))
         runtime.start()
         bridge = NatsBridge(nc, runtime, options.max_message_bytes)

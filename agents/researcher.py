@@ -166,6 +166,11 @@ class Researcher:
         if decision.verdict is not Verdict.RETEST:
             self.notes.append(_outcome(decision))
 
+    def release(self, idea_id: str, why: str) -> None:
+        """Its idea never reached the swarm (the bus refused it): out of play, and told why."""
+        self._out_of_play(idea_id)
+        self.notes.append(f"{idea_id} was never sent to the swarm: {why}")
+
     def _out_of_play(self, idea_id: str) -> None:
         self.in_flight.discard(idea_id)
         self.at_tier.pop(idea_id, None)

@@ -19,9 +19,10 @@ about a second behind at 150 runs/s, and every idea a second late on the bus.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +33,16 @@ from autogen_core import (
     TopicId,
     message_handler,
 )
+from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
+from nats.js.errors import BadRequestError
 
 from agents.history import History, SharedHistory
 from agents.llm_budget import LlmBudget
 from agents.meta_agent import MetaAgent
 from agents.researcher import Researcher, Step
 from agents.strategy_book import StrategyBook
+from bus.codec import CodecError
 from bus.messages import (
     AgentEvent,
     AgentEventKind,
@@ -56,6 +60,12 @@ from bus.messages import (
 from bus.nats_bus import publish_event
 
 log = logging.getLogger(__name__)
+
+# What the bus will never take, however often it is sent: too large, or refused as malformed.
+REFUSED = (MaxPayloadError, BadRequestError, CodecError)
+RETRY_S = 1.0  # the first wait between tries while the bus is away; doubled up to RETRY_MAX_S
+RETRY_MAX_S = 10.0
+TRIES_WHEN_STOPPING = 5  # once the host is stopping, a bus still away gets this many more tries
 
 
 class QuietRuntime(SingleThreadedAgentRuntime):
@@ -230,11 +240,23 @@ class MetaHostAgent(RoutedAgent):
 
 
 class BusOutAgent(RoutedAgent):
-    """Sends what researchers publish to the swarm's event stream."""
+    """Sends what researchers publish to the swarm's event stream. While the bus is away it
+    tries again until it is back (the event id makes repeats harmless): a researcher counts its
+    idea in play from the moment it proposes it, so an idea dropped after a few tries left it
+    waiting for a verdict that would never come, and two such drops left it idle for good. An
+    idea the bus refuses outright is given back to its researcher (`release`), with a note on
+    the bus saying why."""
 
-    def __init__(self, js: JetStreamContext) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stopping: asyncio.Event | None = None,
+        release: Callable[[Idea, str], None] | None = None,
+    ) -> None:
         super().__init__("publishes researchers' ideas and traces to NATS")
         self.js = js
+        self.stopping = stopping or asyncio.Event()
+        self.release = release
         self.sent = 0
 
     @message_handler
@@ -251,12 +273,33 @@ class BusOutAgent(RoutedAgent):
             await self._send(item)
 
     async def _send(self, message: Message) -> None:
-        for attempt in range(5):
+        why = await self._publish(message)
+        if not why:
+            return
+        log.error("dropped %s: %s", message.event_id, why)
+        if isinstance(message, Idea) and self.release is not None:
+            self.release(message, why)
+            detail = f"{message.idea_id} was never sent, so it is out of play: {why}"
+            note = AgentEvent(
+                new_id("ev"), message.author, AgentEventKind.NOTE, role="researcher", detail=detail
+            )
+            with contextlib.suppress(Exception):  # the bus took nothing: the log says it
+                await publish_event(self.js, note)
+
+    async def _publish(self, message: Message) -> str:
+        """Until published (""), or why it never will be."""
+        tries, after_stop = 0, 0
+        while True:
             try:
                 await publish_event(self.js, message)
                 self.sent += 1
-                return
-            except Exception as exc:  # the bus is reconnecting: the event id makes retries safe
-                log.warning("publishing %s failed (%s), attempt %d", message.event_id, exc, attempt)
-                await asyncio.sleep(1.0)
-        log.error("dropped %s after 5 attempts", message.event_id)
+                return ""
+            except REFUSED as exc:
+                return f"the bus refused it ({type(exc).__name__}: {str(exc)[:200]})"
+            except Exception as exc:  # the bus is away or reconnecting
+                tries += 1
+                after_stop += self.stopping.is_set()
+                if after_stop >= TRIES_WHEN_STOPPING:
+                    return f"the host stopped while the bus was away ({exc or type(exc).__name__})"
+                log.warning("publishing %s failed (%s), try %d", message.event_id, exc, tries)
+                await asyncio.sleep(min(RETRY_S * 2 ** (tries - 1), RETRY_MAX_S))
