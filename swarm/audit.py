@@ -12,6 +12,11 @@ Primary keys already make a redelivered event one row. What they cannot catch, a
 - **replay**: a fresh ladder folding the ledger's events must hold the same champion, and, on a
   swarm that stopped with nothing in flight, find nothing left to do (the live ladder saw and
   acted on everything the ledger holds).
+
+It also lists, as notes rather than problems, **unsent ideas**: a researcher traced proposing
+them, but the ledger never received the idea and no note says it was given back (the bus
+refused it). A host killed between the two leaves one too; a researcher that went quiet after
+one is what issue 18 calls silent idleness.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Audit:
     lineage: list[str] = field(default_factory=list)
     replay: list[str] = field(default_factory=list)
     left_to_do: list[str] = field(default_factory=list)  # what a replayed ladder would still do
+    unsent: list[str] = field(default_factory=list)  # notes, not problems (module docstring)
 
     def problems(self, drained: bool) -> list[str]:
         """Everything wrong. Work left to do is wrong only if the swarm was drained (stopped with
@@ -65,7 +71,8 @@ class Audit:
             f"decisions {self.decisions}  champion v{self.champion_version}  "
             f"unfinished {len(self.unfinished)}  orphans {len(self.orphans)}  "
             f"duplicated {len(self.duplicated)}  lineage problems {len(self.lineage)}  "
-            f"replay differences {len(self.replay)}  left to do {len(self.left_to_do)}"
+            f"replay differences {len(self.replay)}  left to do {len(self.left_to_do)}  "
+            f"unsent ideas {len(self.unsent)}"
         )
 
 
@@ -75,6 +82,7 @@ def audit_ledger(db_path: Path, ladder: Ladder) -> Audit:
     con = open_database(db_path, read_only=True)
     try:
         messages = read_messages(con, KIND_ORDER)
+        unsent = con.execute(UNSENT_SQL).fetchall()
     finally:
         con.close()
     specs = [m for m in messages if isinstance(m, RunSpec)]
@@ -87,7 +95,26 @@ def audit_ledger(db_path: Path, ladder: Ladder) -> Audit:
     _check_decisions(report, decisions)
     _check_lineage(report, champions, decisions, ladder.top)
     _check_replay(report, messages, ladder, champions)
+    report.unsent = [
+        f"{idea_id} by {agent}: proposed, never received; "
+        + (f"its author proposed again {s:.0f} s later" if (s := quiet.total_seconds()) else
+           "its author proposed nothing after it")
+        for idea_id, agent, quiet in unsent
+    ]  # fmt: skip
     return report
+
+
+# Proposals whose idea never reached the ledger and was not given back, and how long after it
+# its author last proposed anything (an interval; zero: nothing after it).
+UNSENT_SQL = """
+SELECT t.idea_id, t.agent,
+       (SELECT max(l.created_at) FROM traces l WHERE l.agent = t.agent) - t.created_at
+FROM traces t
+WHERE t.action = 'propose' AND t.idea_id <> ''
+  AND NOT EXISTS (SELECT 1 FROM ideas i WHERE i.idea_id = t.idea_id)
+  AND NOT EXISTS (SELECT 1 FROM agent_events e WHERE e.kind = 'NOTE' AND e.agent = t.agent
+                  AND starts_with(e.detail, t.idea_id || ' was never sent'))
+ORDER BY t.created_at"""
 
 
 def _check_runs(report: Audit, specs: list[RunSpec], results: list[RunResult]) -> None:

@@ -494,6 +494,8 @@ def _audit(config: SwarmConfig, workspace: Workspace, drained: bool) -> int:
     problems = report.problems(drained)
     for problem in problems:
         print(f"  {problem}")
+    for note in report.unsent:
+        print(f"  note: {note}")
     return 1 if problems else 0
 
 

@@ -47,9 +47,9 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
 
 
 def resolve_device(name: str) -> str:
-    """Device "auto": cuda where torch sees a GPU, else cpu. Without an NVIDIA driver loaded there is
-    none to see, and torch (~1.4 s, ~200 MB) is not imported to be told so: a trainer of the
-    synthetic or a command target never needs it."""
+    """Device "auto": cuda where torch sees a GPU, else cpu. Without an NVIDIA driver loaded
+    there is none to see, and torch (~1.4 s, ~200 MB) is not imported to be told so: a trainer
+    of the synthetic or a command target never needs it."""
     if name != "auto":
         return name
     if not Path("/proc/driver/nvidia").exists():

@@ -7,7 +7,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bus.messages import ChampionChange, Decision, Message, RunResult, RunSpec, Verdict
+from bus.messages import (
+    AgentEvent,
+    AgentEventKind,
+    ChampionChange,
+    Decision,
+    Message,
+    RunResult,
+    RunSpec,
+    Trace,
+    Verdict,
+    new_id,
+)
 from ledger.duckdb_store import LedgerStore, open_database
 from ledger.readback import KIND_ORDER, read_messages
 from ledger.schema import TIMESTAMP_FIELDS
@@ -108,3 +119,33 @@ def test_audit_names_what_it_cannot_check(tmp_path: Path) -> None:
     done = run_swarm(tmp_path / "ws", "audit")
     assert done.returncode == 2
     assert "no ledger in" in done.stderr and "no swarm has run there" in done.stderr
+
+
+def test_an_idea_proposed_but_never_received_is_noted(tmp_path: Path) -> None:
+    """A researcher traced proposing two ideas the ledger never got: one given back with a
+    note (the bus refused it), one not, after which its author went quiet."""
+    history = a_swarm_history(tmp_path)
+
+    def proposed(idea_id: str, agent: str, at: float) -> Trace:
+        return Trace(new_id("tr"), agent, "propose", idea_id=idea_id, created_at=at)
+
+    refused = AgentEvent(
+        new_id("ev"), "agent-1", AgentEventKind.NOTE, role="researcher",
+        detail="idea-refused was never sent, so it is out of play: the bus refused it",
+    )  # fmt: skip
+    extra = [
+        proposed("idea-good", "agent-0", 100.0),  # received: not noted
+        proposed("idea-refused", "agent-1", 110.0),
+        refused,
+        proposed("idea-lost", "agent-2", 120.0),
+        proposed("idea-late", "agent-1", 130.0),
+        proposed("idea-after", "agent-1", 190.0),
+    ]
+    report = audit(tmp_path, [*history, *extra])
+    assert report.unsent == [
+        "idea-lost by agent-2: proposed, never received; its author proposed nothing after it",
+        "idea-late by agent-1: proposed, never received; its author proposed again 60 s later",
+        "idea-after by agent-1: proposed, never received; its author proposed nothing after it",
+    ]
+    assert report.problems(drained=True) == []  # a host killed mid-proposal leaves these too
+    assert report.summary().endswith("unsent ideas 3")
