@@ -161,7 +161,12 @@ class LadderState:
             self._observe_champion(message)
 
     def _observe_spec(self, spec: RunSpec) -> None:
-        self.unfinished[spec.run_id] = spec
+        # The ladder enqueues a job before it publishes the spec's event, so an instant run's
+        # result may precede its spec in the stream: such a spec is done, not lost (a restarted
+        # ladder put it back on the queue at every start, and trainers ran it again).
+        ran = self.results.get((spec.idea_id, spec.champion_version, spec.tier), {}).get(spec.seed)
+        if ran is None or ran.run_id != spec.run_id:
+            self.unfinished[spec.run_id] = spec
         self.requested[(spec.idea_id, spec.champion_version, spec.tier)].add(spec.seed)
         if not spec.idea_id:
             self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1

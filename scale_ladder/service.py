@@ -235,7 +235,8 @@ class LadderService:
                     out = self.ladder.reject(str(subject), who)
                 else:
                     out = self.ladder.revert(int(subject), who)
-                await self._publish(self._within_limit(out))
+                out = self._within_limit(out)  # the answer names only what was sent
+                await self._publish(out)
             answer: dict[str, object] = {"ok": True, "done": [m.event_id for m in out]}
         except LadderRefusal as exc:
             answer = {"ok": False, "error": _shorten(str(exc))}

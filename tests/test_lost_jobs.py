@@ -78,3 +78,22 @@ def _holds(condition):  # type: ignore[no-untyped-def]
         return bool(condition())
 
     return check
+
+
+def test_a_run_whose_result_came_before_its_spec_is_not_lost() -> None:
+    """The ladder enqueues a job before it publishes its spec, so an instant run's result can
+    come first in the stream; a ladder replaying that order must not count the run as lost
+    (it put such runs back at every start, and trainers ran them again)."""
+    from bus.messages import ChampionChange, RunResult, RunSpec, RunStatus
+
+    made = Ladder(load_tiers(), "recipe.py", RECIPE.read_text()).act()
+    specs = [m for m in made if isinstance(m, RunSpec)]
+    first = specs[0]
+    result = RunResult(
+        first.run_id, first.tier, first.seed, first.champion_version, RunStatus.OK,
+        idea_id=first.idea_id, metric=3.0,
+    )  # fmt: skip
+    replayed = Ladder(load_tiers(), "recipe.py", RECIPE.read_text())
+    for message in [*(m for m in made if isinstance(m, ChampionChange)), result, *specs]:
+        replayed.observe(message)
+    assert set(replayed.unfinished) == {s.run_id for s in specs[1:]}
