@@ -45,6 +45,8 @@ def parse_brain_groups(spec: str, total: int) -> tuple[BrainGroup, ...]:
             continue
         if not count.strip().isdigit():
             raise BrainSpecError(f"count of {brain!r} in {spec!r} must be a whole number")
+        if int(count) == 0:  # (`--agents 0` is how to run no researchers)
+            raise BrainSpecError(f"count of {brain!r} in {spec!r} must be 1 or more")
         named.append((brain, int(count)))
     open_groups = [b for b, n in named if n is None]
     counted = sum(n for _, n in named if n is not None)

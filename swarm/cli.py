@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,15 @@ from bus.roles import Role
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import config_files, event_loop, people
-from swarm.config import ConfigError, SwarmConfig, check_brains, load_config, with_overrides
+from swarm.config import (
+    ConfigError,
+    SwarmConfig,
+    check_brains,
+    dump_config,
+    load_config,
+    parse_config,
+    with_overrides,
+)
 from swarm.errors import SwarmError
 from swarm.follow_up import swarm_program
 from swarm.ladder_process import make_ladder, run_ladder
@@ -287,6 +296,10 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     # absolute, so child processes and later reads agree whatever their directory.
     config = config_files.absolute_paths(config, cwd)
     config = config_files.with_defaults(config, config_file, cwd)
+    # The children read the config back from the TOML the supervisor writes, checking every
+    # value: check it here the same way, so a bad flag (`--max-experiments -1`) stops the
+    # command with the reason instead of every child failing and restarting forever.
+    parse_config(tomllib.loads(dump_config(config)), "the command line")
     workspace = Path(config.workspace.path).resolve()
     if config.target.kind == "command" and workspace == Path(config.target.project).resolve():
         raise ConfigError(

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from bus.messages import DeadLetter
 from bus.nats_bus import BusSettings, connect
@@ -194,3 +195,26 @@ def test_dead_letters_published_by_any_consumer_are_kept(running_swarm: RunningS
             ).stdout
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--max-experiments", "-1"), "limits.max_experiments must be 0 or more, got -1"),
+        (("--max-llm-usd", "-5"), "llm.max_usd must be 0 or more, got -5.0"),
+        (
+            ("--brain", "portfolio:0"),
+            "agents.brain: count of 'portfolio' in 'portfolio:0' must be 1 or more",
+        ),
+    ],
+)
+def test_a_bad_flag_stops_start_before_anything_runs(
+    tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    """The children read the supervisor's config back and refuse a bad value; checked only
+    there, every child failed and was restarted forever (or no researcher ran, for a brain
+    group of 0)."""
+    done = run_swarm(tmp_path / "ws", "start", "--target", "synthetic", *flags, timeout=30)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"the command line: {message}" in done.stderr
+    assert not (tmp_path / "ws").exists()

@@ -80,6 +80,7 @@ def test_brain_groups_split_the_agents(count: int, spec: str, groups: list[objec
         (4, "anthropic,openai", "only one brain may go without a count"),
         (4, "anthropic:x", "must be a whole number"),
         (4, "anthropic:1,anthropic:3", "named twice"),
+        (4, "portfolio:0,tpe", "count of 'portfolio' in 'portfolio:0,tpe' must be 1 or more"),
         (4, "anthropic:5,heuristic", "names 5 researchers, more than 4"),
         (4, "", "empty brain"),
     ],
