@@ -36,7 +36,7 @@ CHAMPIONS_SHOWN = 6
 BAR_WIDTH = 12  # characters of a progress bar
 PERSONAS = frozenset(p.value for p in Persona)  # researchers are named <prefix>-<i>-<persona>
 LEADERBOARD_COLUMNS = ("tier", "v", "idea", "author", "hypothesis", "metric", "n")
-# researchers are named <prefix>-<i>-tpe|gp, or <prefix>-<i>[-<llm brain>]-<persona>
+# researchers are named <prefix>-<i>-tpe|gp, or <prefix>-<i>[-<llm brain>|-portfolio]-<persona>
 TRAINERS = trainer_consumer_name(0).removesuffix("0")  # trainer consumers: TRAINERS + tier
 
 TOTALS_SQL = """
@@ -415,7 +415,7 @@ def _table(title: str, *columns: str) -> Table:
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for name in columns:
         # Free text gives way first when space is short (cut, see _cut); the rest keeps its width.
-        table.add_column(name, no_wrap=name not in ("last proposal", "hypothesis"))
+        table.add_column(name, no_wrap=name not in ("last", "hypothesis"))
     return table
 
 

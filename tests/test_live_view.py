@@ -295,3 +295,16 @@ async def test_the_leaderboard_shows_the_best_first_in_the_targets_direction(
     console = plain_console()
     console.print(render(highest_first))
     assert "higher is better" in output(console)
+
+
+def test_a_long_proposal_gives_way_to_the_researchers_other_columns() -> None:
+    """A model brain's proposal moves many constants: its text wraps, and the brain, persona
+    and in-play columns stay (they had disappeared behind it)."""
+    long = "idea-ddd: " + ", ".join(f"CONSTANT_{i} 0.001→0.002" for i in range(8))
+    agents = (AgentRow("my-host-0-portfolio-explorer", 1, "propose", long, NOW - 30),)
+    console = plain_console()
+    console.print(render(snapshot(agents=agents)))
+    row = next(
+        line for line in output(console).splitlines() if "my-host-0-portfolio-explorer" in line
+    )
+    assert row.split()[:4] == ["my-host-0-portfolio-explorer", "portfolio", "explorer", "1"], row
