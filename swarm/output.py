@@ -29,9 +29,26 @@ def _cell_text(value: Any) -> str:
     return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
 
 
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """The rows by position: `to_pylist` makes dicts, which keep one of two columns named
+    alike (`select 1 as a, 2 as a`) and misaligned every row after it."""
+    return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Column names as JSON keys: a repeated name gets its position (`a`, `a_2`)."""
+    seen: set[str] = set()
+    out = []
+    for i, name in enumerate(names, 1):
+        key = name if name not in seen else f"{name}_{i}"
+        seen.add(key)
+        out.append(key)
+    return out
+
+
 def aligned(table: pa.Table) -> str:
     names = [for_terminal(n, newlines=False) for n in table.column_names]  # PIVOT: from data
-    rows = [[_cell_text(v) for v in row.values()] for row in table.to_pylist()]
+    rows = [[_cell_text(v) for v in row] for row in _rows(table)]
     numeric = [
         pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
         for t in table.schema.types
@@ -58,8 +75,8 @@ def to_csv(table: pa.Table) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([for_terminal(n) for n in table.column_names])
-    for row in table.to_pylist():
-        writer.writerow([_csv_cell(v) for v in row.values()])
+    for row in _rows(table):
+        writer.writerow([_csv_cell(v) for v in row])
     return buffer.getvalue().rstrip("\n")
 
 
@@ -70,7 +87,9 @@ def _csv_cell(value: Any) -> Any:
 
 
 def to_json(table: pa.Table) -> str:
-    return json.dumps(table.to_pylist(), default=_json_default, indent=1)
+    names = _unique(table.column_names)
+    rows = [dict(zip(names, row, strict=True)) for row in _rows(table)]
+    return json.dumps(rows, default=_json_default, indent=1)
 
 
 def _json_default(value: Any) -> Any:
