@@ -10,23 +10,12 @@ from agents.brain import Attempt, Brain, Desk, Finding, Gain, Persona
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
 from agents.portfolio_brain import PortfolioBrain
-from bus.champion_store import fingerprint
 from tests.test_model_brain import RECIPE
+from tests.test_model_brain import desk as model_desk
 
 
-def desk(findings: tuple[Finding, ...], source: str = RECIPE) -> Desk:
-    return Desk(
-        "agent-0",
-        1,
-        source,
-        "recipe.py",
-        top_tier=2,
-        findings=findings,
-        failures=(),
-        notes=(),
-        tried=frozenset({fingerprint(source)}),
-        sources={1: source},
-    )
+def desk(findings: tuple[Finding, ...]) -> Desk:
+    return model_desk(RECIPE, findings)
 
 
 def portfolio(seed: int = 0) -> PortfolioBrain:
