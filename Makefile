@@ -34,7 +34,7 @@ bench-long:
 	$(PY) bench/capacity.py --agents 100 --seconds 300 --steady
 	$(PY) bench/bus_floor.py --messages 20000
 	$(PY) -m bench.search --seeds 10 \
-		--methods swarm-tpe,swarm-heuristic,optuna-tpe-hyperband,optuna-tpe-sh,ray-asha,random
+		--methods swarm-tpe,swarm-heuristic,swarm-portfolio,optuna-tpe-hyperband,optuna-tpe-sh,ray-asha,random
 	$(PY) -m bench.search --seeds 5 --problems synthetic:0.9,synthetic:0.3,mfh6:good,lcdb:1485 \
 		--methods swarm-heuristic,swarm-heuristic-screened --plots /tmp/plots-screened
 	$(PY) -m bench.search --seeds 2 --problems synthetic:0.9,mfh6:good \

@@ -145,7 +145,9 @@ def test_lcdb_problem() -> None:
     assert recorder.incumbent() is not None
 
 
-@pytest.mark.parametrize(("brain", "screen"), [("tpe", 1), ("heuristic", 1), ("heuristic", 3)])
+@pytest.mark.parametrize(
+    ("brain", "screen"), [("tpe", 1), ("heuristic", 1), ("heuristic", 3), ("portfolio", 1)]
+)
 def test_the_swarm_in_the_simulator_climbs_its_real_ladder(brain: str, screen: int) -> None:
     """Real researchers (each offline brain, and the heuristic screened) and the real ladder:
     it spends within budget, stacks winners into new champions and recommends a recipe better
