@@ -108,6 +108,12 @@ def make_team(options: HostOptions) -> Team:
     settings: dict[str, LlmSettings] = {}
     team = Team(History(options.editable, options.target), [], budget, book, clients)
     searches: dict[str, ModelSearch] = {}  # one study per model brain kind, shared by its group
+
+    def search(kind: str) -> ModelSearch:
+        if kind not in searches:  # made once: setdefault built a study for every researcher
+            searches[kind] = ModelSearch(Sampler(kind), options.seed)
+        return searches[kind]
+
     proposed_by: dict[str, str] = {}  # which brain each portfolio idea came from, for them all
     screen = Screen(options.screen, options.seed) if options.screen > 1 else None
     i = 0
@@ -118,17 +124,14 @@ def make_team(options: HostOptions) -> Team:
             brain: Brain
             if group.brain in MODEL_BRAINS:
                 name = f"{options.name_prefix}-{i}-{group.brain}"
-                sampler = Sampler(group.brain)
-                search = searches.setdefault(group.brain, ModelSearch(sampler, options.seed))
-                brain = ModelBrain(search)
+                brain = ModelBrain(search(group.brain))
             elif group.brain == "heuristic":
                 name = f"{options.name_prefix}-{i}-{persona.value}"
                 brain = OfflineBrain(HeuristicBrain(persona, options.seed + i))
             elif group.brain == "portfolio":  # TPE's study is the host's, as for tpe researchers
                 name = f"{options.name_prefix}-{i}-portfolio-{persona.value}"
-                search = searches.setdefault("tpe", ModelSearch(Sampler("tpe"), options.seed))
                 arms: dict[str, Brain] = {
-                    "tpe": ModelBrain(search),
+                    "tpe": ModelBrain(search("tpe")),
                     "heuristic": OfflineBrain(HeuristicBrain(persona, options.seed + i)),
                 }
                 brain = PortfolioBrain(arms, options.seed + i, proposed_by)
