@@ -22,7 +22,6 @@ from swarm import config_files, event_loop, people
 from swarm.config import (
     ConfigError,
     SwarmConfig,
-    check_brains,
     dump_config,
     load_config,
     parse_config,
@@ -285,7 +284,6 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     if screen is not None and screen < 1:
         raise ConfigError(f"the command line: --screen must be 1 or more, got {screen}")
     config = with_overrides(config, "agents", count=count, brain=brain, screen=screen)
-    check_brains(config, "the command line")
     config = with_overrides(config, "llm", max_usd=flag("max_llm_usd"))
     config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))
     if args.command == "worker":
