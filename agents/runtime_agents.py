@@ -44,6 +44,7 @@ from agents.researcher import Researcher, Step
 from agents.strategy_book import StrategyBook
 from bus.codec import CodecError
 from bus.messages import (
+    NEVER_SENT,
     AgentEvent,
     AgentEventKind,
     ChampionChange,
@@ -279,7 +280,7 @@ class BusOutAgent(RoutedAgent):
         log.error("dropped %s: %s", message.event_id, why)
         if isinstance(message, Idea) and self.release is not None:
             self.release(message, why)
-            detail = f"{message.idea_id} was never sent, so it is out of play: {why}"
+            detail = f"{message.idea_id}{NEVER_SENT}, so it is out of play: {why}"
             note = AgentEvent(
                 new_id("ev"), message.author, AgentEventKind.NOTE, role="researcher", detail=detail
             )

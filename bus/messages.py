@@ -226,6 +226,11 @@ class Trace:
         return self.trace_id
 
 
+# How a NOTE that gives an unsent idea back to its researcher begins, after the idea id:
+# written by the agents host, read by `swarm audit`.
+NEVER_SENT = " was never sent"
+
+
 @dataclass(frozen=True, slots=True)
 class AgentEvent:
     """An agent joined, is alive, left, or says something worth keeping."""

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bus.champion_store import recipe_sha
 from bus.messages import (
+    NEVER_SENT,
     ChampionChange,
     ChangeKind,
     Decision,
@@ -82,7 +83,7 @@ def audit_ledger(db_path: Path, ladder: Ladder) -> Audit:
     con = open_database(db_path, read_only=True)
     try:
         messages = read_messages(con, KIND_ORDER)
-        unsent = con.execute(UNSENT_SQL).fetchall()
+        unsent = con.execute(UNSENT_SQL, [NEVER_SENT]).fetchall()
     finally:
         con.close()
     specs = [m for m in messages if isinstance(m, RunSpec)]
@@ -108,12 +109,13 @@ def audit_ledger(db_path: Path, ladder: Ladder) -> Audit:
 # its author last proposed anything (an interval; zero: nothing after it).
 UNSENT_SQL = """
 SELECT t.idea_id, t.agent,
-       (SELECT max(l.created_at) FROM traces l WHERE l.agent = t.agent) - t.created_at
+       (SELECT max(l.created_at) FROM traces l WHERE l.agent = t.agent AND l.action = 'propose')
+       - t.created_at
 FROM traces t
 WHERE t.action = 'propose' AND t.idea_id <> ''
   AND NOT EXISTS (SELECT 1 FROM ideas i WHERE i.idea_id = t.idea_id)
   AND NOT EXISTS (SELECT 1 FROM agent_events e WHERE e.kind = 'NOTE' AND e.agent = t.agent
-                  AND starts_with(e.detail, t.idea_id || ' was never sent'))
+                  AND starts_with(e.detail, t.idea_id || $1))
 ORDER BY t.created_at"""
 
 
