@@ -40,6 +40,8 @@ class Gain:
     # the champion's metric on the first seed both ran (every idea runs a tier's first seed),
     # from the verdict's numbers: a common reference for ideas on different champions
     baseline: float | None = None
+    # rejected here, and sent on to the next tier by a spot check (bus.messages.SPOT_CHECK)
+    spot_check: bool = False
 
 
 @dataclass(frozen=True, slots=True)

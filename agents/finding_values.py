@@ -47,9 +47,17 @@ def tier_values(finding: Finding, desk: Desk) -> dict[int, tuple[int, float]]:
     """tier -> (champion version, value) for each tier the rules decided the idea at (PROMOTE
     or REJECT with a gain); the latest champion's where it was decided on several."""
     by_tier: dict[int, tuple[int, float]] = {}
+    checked: set[int] = set()
     for gain in sorted(finding.gains, key=lambda g: g.version):
         if gain.baseline is None:
             continue  # a verdict without its numbers (an older ledger's): no common reference
         reference = gain.baseline if desk.lower_is_better else -gain.baseline
         by_tier[gain.tier] = (gain.version, reference - gain.delta)
+        (checked.add if gain.spot_check else checked.discard)(gain.tier)
+    # A spot check sent on an idea its tier rejected: one that then failed above got no further
+    # by any gate than that tier. Its values above would rank it with the ideas that passed
+    # there (Optuna ranks pruned trials by the step they reached), as one of the best points.
+    passed_top = finding.stacked or (finding.verdict == "PROMOTE" and finding.tier >= desk.top_tier)
+    while by_tier and not passed_top and max(by_tier) - 1 in checked:
+        del by_tier[max(by_tier)]
     return by_tier

@@ -31,6 +31,7 @@ from bus.messages import (
     RunResult,
     RunStatus,
     Verdict,
+    is_spot_check,
 )
 from training.patching import PatchRefused, apply
 from training.recipe_constants import Change, changes_between, parse_value, with_values
@@ -172,7 +173,8 @@ class History:
             if decision.verdict is Verdict.REJECT and decision.champion_version == self.champion:
                 self.rejected[decision.idea_id] = (decision.tier, decision.delta)
             baseline = _first_baseline(decision.details)
-            gain = Gain(decision.champion_version, decision.tier, decision.delta, baseline)
+            checked = is_spot_check(decision.rule)
+            gain = Gain(decision.champion_version, decision.tier, decision.delta, baseline, checked)
             kept = [g for g in finding.gains if (g.version, g.tier) != (gain.version, gain.tier)]
             finding = replace(finding, gains=(*kept, gain))
         self._set(finding)

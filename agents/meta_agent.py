@@ -31,7 +31,11 @@ MAX_STRATEGY_CHARS = 4000
 
 
 def passed(finding: Finding, tier: int) -> bool:
-    if finding.stacked or finding.tier > tier:
+    if finding.stacked:
+        return True
+    if any(g.tier == tier and g.spot_check for g in finding.gains):
+        return False  # rejected there, sent on by a spot check
+    if finding.tier > tier:
         return True
     return finding.tier == tier and finding.verdict in PASSED
 

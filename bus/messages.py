@@ -230,6 +230,14 @@ class Trace:
 # written by the agents host, read by `swarm audit`.
 NEVER_SENT = " was never sent"
 
+# How the rule of a PROMOTE begins that sends on an idea the rules rejected (a spot check of the
+# tier's gate, scale_ladder/spot_checks.py): it passed no gate there. Read by the brains.
+SPOT_CHECK = "spot check"
+
+
+def is_spot_check(rule: str) -> bool:
+    return rule.startswith(SPOT_CHECK)
+
 
 @dataclass(frozen=True, slots=True)
 class AgentEvent:

@@ -254,7 +254,8 @@ VIEWS: dict[str, str] = {
             SELECT DISTINCT agent, strategy_version AS version, idea_id
             FROM llm_calls WHERE idea_id <> '' AND status = 'ok'),
         passed AS (
-            SELECT idea_id, tier FROM decisions WHERE verdict IN ('PROMOTE', 'HELD')),
+            SELECT idea_id, tier FROM decisions
+            WHERE verdict IN ('PROMOTE', 'HELD') AND rule NOT LIKE 'spot check%'),
         tiers AS (SELECT DISTINCT tier FROM run_specs)
         SELECT s.agent, s.version, s.author, s.created_at, t.tier,
                count(DISTINCT p.idea_id) AS proposed,

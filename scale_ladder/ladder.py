@@ -56,6 +56,7 @@ from scale_ladder.rules import (
     seed_ignored_reason,
 )
 from scale_ladder.second_look import second_look_refusal
+from scale_ladder.spot_checks import spot_check
 from training.fixed_constants import moved_fixed
 from training.patching import make_patch
 
@@ -259,13 +260,18 @@ class Ladder(LadderState):
         # one broken baseline seed does not reject every idea at the tier.
         rule = self.tiers[state.tier].rule
         wanted = min(outcome.seeds_wanted + have - len(pairs), 2 * rule.max_seeds)
-        verdict = outcome.verdict
+        verdict, why = outcome.verdict, outcome.rule
         if verdict is Verdict.RETEST and wanted <= have:
             verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
+        if verdict is Verdict.REJECT and key[2] < self.top:  # spot_checks.py
+            checks, least = self.checks[key[2]], rule.spot_checks
+            checked = spot_check(checks, least, self.seed_secret, *key, why)
+            if checked is not None:
+                verdict, why = Verdict.PROMOTE, checked
         self._decide(
             state,
             verdict,
-            outcome.rule,
+            why,
             delta=outcome.delta,
             sigma=outcome.sigma,
             n=outcome.n,

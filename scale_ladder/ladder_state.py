@@ -35,11 +35,13 @@ from bus.messages import (
     RunSpec,
     RunStatus,
     Verdict,
+    is_spot_check,
 )
 from scale_ladder.admission import NotAdmitted, patched_source, rebase
 from scale_ladder.near_duplicates import PatchChange, patch_change
 from scale_ladder.rules import Evidence, Noise, noise, paired_gains
 from scale_ladder.seeds import DEFAULT_SEED_SECRET, tier_seed
+from scale_ladder.spot_checks import Checks
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
 BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
@@ -118,6 +120,10 @@ class LadderState:
     earlier_noise: dict[int, Noise] = field(default_factory=dict)
     # (idea looked at again, version, entry tier) -> its second look admitted there
     looked: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    # (idea id, version, tier) -> how it got there from the tier below: True by a spot check
+    # (spot_checks.py), False promoted by the rules; (lower tier) -> how such ideas fared
+    entered: dict[tuple[str, int, int], bool] = field(default_factory=dict)
+    checks: dict[int, Checks] = field(default_factory=lambda: defaultdict(Checks))
     # run id -> RunSpec with no result yet: a job the bus lost is put back from here (service.py)
     unfinished: dict[str, RunSpec] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
@@ -219,6 +225,8 @@ class LadderState:
         if state is None:
             return
         verdict, by_rules = decision.verdict, decision.decided_by == "ladder"
+        if by_rules and verdict in (Verdict.PROMOTE, Verdict.REJECT):
+            self._count_check(decision)
         if by_rules and verdict in (Verdict.PROMOTE, Verdict.REJECT) and decision.delta is not None:
             key = (decision.champion_version, decision.tier)
             self.gains[key][decision.idea_id] = decision.delta
@@ -235,6 +243,17 @@ class LadderState:
                 self.tested_at[(state.version, state.tier)][decision.idea_id] = None
                 self.baselines_dirty = True
         self.dirty[decision.idea_id] = None
+
+    def _count_check(self, decision: Decision) -> None:
+        """A verdict of the rules at a tier an idea reached from the one below: count how
+        that tier's promotions and spot checks fare here (spot_checks.py)."""
+        version, tier = decision.champion_version, decision.tier
+        spot_check = self.entered.pop((decision.idea_id, version, tier), None)
+        if spot_check is not None and tier > 0:
+            passed = decision.verdict is Verdict.PROMOTE and not is_spot_check(decision.rule)
+            self.checks[tier - 1] = self.checks[tier - 1].counted(spot_check, passed)
+        if decision.verdict is Verdict.PROMOTE and tier < self.top:
+            self.entered[(decision.idea_id, version, tier + 1)] = is_spot_check(decision.rule)
 
     def _observe_champion(self, change: ChampionChange) -> None:
         previous = self.current

@@ -83,6 +83,9 @@ class PromotionRule:
     # min_improvement decides. Declared by a person, never inferred: a run that ignores the seed
     # it was given looks exactly like this, and without the declaration it holds the tier.
     deterministic: bool = False
+    # The least share of the rules' rejects here sent on to the next tier anyway, to learn
+    # whether this tier's gate predicts the next one (spot_checks.py); 0: none.
+    spot_checks: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

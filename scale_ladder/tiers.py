@@ -109,6 +109,7 @@ _RULE_FIELDS: dict[str, type] = {
     "top_fraction": float,
     "cold_start": int,
     "max_seeds": int,
+    "spot_checks": float,
 }
 _OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int, "deterministic": bool}
 _COMMAND_FIELDS: dict[str, type] = {"budget_kind": str, "dials": dict}
@@ -202,7 +203,7 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
             raise LadderConfigError(f"{where}: missing key {key}")
         values[key] = _value(where, key, kind, raw[key], positive=True)
     rule_values = {
-        key: _value(where, key, kind, raw[key], positive=key not in ("top_fraction",))
+        key: _value(where, key, kind, raw[key], positive=key not in ("top_fraction", "spot_checks"))
         for key, kind in _RULE_FIELDS.items()
         if key in raw
     }
@@ -223,6 +224,8 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
         )
     if not 0 <= rule.top_fraction < 1:
         raise LadderConfigError(f"{where}.top_fraction must be in [0, 1), got {rule.top_fraction}")
+    if not 0 <= rule.spot_checks <= 1:
+        raise LadderConfigError(f"{where}.spot_checks must be in [0, 1], got {rule.spot_checks}")
     kinds = ("tokens", "seconds", "units") if command else ("tokens", "seconds")
     kind = raw.get("budget_kind", "units")
     if kind not in kinds:
