@@ -25,6 +25,13 @@ def out_of_play(finding: Finding, top_tier: int) -> bool:
     return finding.stacked or top or finding.verdict in FINAL
 
 
+def spot_checked(finding: Finding) -> set[int]:
+    """The tiers that rejected the idea and sent it on by a spot check (its latest champion's
+    verdict at each tier)."""
+    latest = {g.tier: g for g in sorted(finding.gains, key=lambda g: g.version)}
+    return {tier for tier, gain in latest.items() if gain.spot_check}
+
+
 def point_of(
     finding: Finding, version: int, desk: Desk, space: SearchSpace
 ) -> dict[str, Scalar] | None:
@@ -47,13 +54,12 @@ def tier_values(finding: Finding, desk: Desk) -> dict[int, tuple[int, float]]:
     """tier -> (champion version, value) for each tier the rules decided the idea at (PROMOTE
     or REJECT with a gain); the latest champion's where it was decided on several."""
     by_tier: dict[int, tuple[int, float]] = {}
-    checked: set[int] = set()
     for gain in sorted(finding.gains, key=lambda g: g.version):
         if gain.baseline is None:
             continue  # a verdict without its numbers (an older ledger's): no common reference
         reference = gain.baseline if desk.lower_is_better else -gain.baseline
         by_tier[gain.tier] = (gain.version, reference - gain.delta)
-        (checked.add if gain.spot_check else checked.discard)(gain.tier)
+    checked = spot_checked(finding)
     # A spot check sent on an idea its tier rejected: one that then failed above got no further
     # by any gate than that tier. Its values above would rank it with the ideas that passed
     # there (Optuna ranks pruned trials by the step they reached), as one of the best points.

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from agents.answer_protocol import FORMAT
 from agents.brain import Desk, Failure, Finding
+from bus.messages import is_spot_check
 from bus.untrusted import fenced
 from training.fixed_constants import held
 from training.recipe_constants import constants
@@ -134,7 +135,10 @@ def _section(title: str, items: Sequence[T], render: Callable[[T], str]) -> str:
 
 
 def _finding(f: Finding) -> str:
-    where = f"t{f.tier} {f.verdict or 'queued'}" + (", stacked" if f.stacked else "")
+    verdict = f.verdict or "queued"
+    if is_spot_check(f.reason):  # a PROMOTE that passed no gate: say so
+        verdict = f"REJECT, sent on to t{f.tier + 1} by a spot check"
+    where = f"t{f.tier} {verdict}" + (", stacked" if f.stacked else "")
     delta = f", Δ {f.delta:+.4f}" if f.delta is not None else ""
     why = f" [{f.reason}]" if f.reason and f.verdict in ("REJECT", "REFUSED", "STALE") else ""
     changes = "; ".join(f"{c.name} {c.old}→{c.new}" for c in f.changes)

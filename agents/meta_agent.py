@@ -31,10 +31,10 @@ MAX_STRATEGY_CHARS = 4000
 
 
 def passed(finding: Finding, tier: int) -> bool:
+    if any(g.tier == tier and g.spot_check for g in finding.gains):
+        return False  # rejected there, sent on by a spot check (stacked or not)
     if finding.stacked:
         return True
-    if any(g.tier == tier and g.spot_check for g in finding.gains):
-        return False  # rejected there, sent on by a spot check
     if finding.tier > tier:
         return True
     return finding.tier == tier and finding.verdict in PASSED

@@ -34,7 +34,7 @@ from optuna.distributions import (
 from optuna.trial import TrialState, create_trial
 
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
-from agents.finding_values import out_of_play, point_of, tier_values
+from agents.finding_values import out_of_play, point_of, spot_checked, tier_values
 from agents.hypotheses import clip, describe
 from agents.search_space import Dimension, Kind, SearchSpace, SpaceError, space_of
 from bus.champion_store import fingerprint
@@ -248,7 +248,10 @@ class ModelSearch:
         step they reached first), and TPE would read a failure as one of its best points. It
         is pruned with no values instead: the worst rank."""
         by_tier = tier_values(finding, desk)
-        if finding.failed and finding.tier not in by_tier and self._high is not None:
+        # A crash where a spot check sent it (spot_checks.py) is no value there: it stays the
+        # reject it was one tier down, not a trial that got further than the tier-0 rejects.
+        crashed_here = finding.failed and finding.tier - 1 not in spot_checked(finding)
+        if crashed_here and finding.tier not in by_tier and self._high is not None:
             by_tier[finding.tier] = (finding.champion_version, self._high)  # a crash: the worst
         if not by_tier:
             return  # refused or stale before any verdict: nothing was measured

@@ -42,6 +42,9 @@ def second_look(history: History, top_tier: int) -> SecondLook | None:
             continue
         if any(c.name not in names for c in finding.changes):  # the ladder would refuse it
             continue
+        below = {g.tier: g for g in finding.gains if g.version == version}
+        if any(t not in below or below[t].spot_check for t in range(tier)):
+            continue  # it skipped a gate below (a spot check, a look): the ladder refuses it
         candidates.append((gain, idea_id, tier, finding))
     if not candidates:
         return None

@@ -4,8 +4,10 @@ Reading order is the flow: Idea → RunSpec → RunResult → Decision → Champ
 Trace, AgentEvent and DeadLetter are the side channels every hop may emit; LlmCall, PromptPrefix
 and StrategyVersion record what the LLM researchers and the meta-agent asked, answered and spent.
 
-Every message has an `event_id`: unique per event, sent as `Nats-Msg-Id` (so JetStream drops a
-re-publish) and used as the ledger's primary key (so a redelivery never adds a row). Where one
+Every message has an `event_id`: unique per event of its kind, sent with its kind as
+`Nats-Msg-Id` (so JetStream drops a re-publish; the kind, since an idea's id is a researcher's
+choice and could equal another kind's) and used as the ledger's primary key (so a redelivery
+never adds a row). Where one
 thing must happen exactly once (one result per RunSpec), the id is derived from that thing.
 """
 
@@ -237,6 +239,10 @@ SPOT_CHECK = "spot check"
 
 def is_spot_check(rule: str) -> bool:
     return rule.startswith(SPOT_CHECK)
+
+
+# A decision's verdict as counts show it: a spot check apart from the promotions.
+SHOWN_VERDICT_SQL = f"CASE WHEN rule LIKE '{SPOT_CHECK}%' THEN 'SPOT CHECK' ELSE verdict END"
 
 
 @dataclass(frozen=True, slots=True)

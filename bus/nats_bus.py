@@ -116,12 +116,13 @@ async def connect(
 
 
 async def publish_event(js: JetStreamContext, message: Message, timeout: float = 5.0) -> None:
-    """Publish and wait for the stream's ack; the event id becomes `Nats-Msg-Id`."""
+    """Publish and wait for the stream's ack; the kind and event id become `Nats-Msg-Id`."""
     await js.publish(
         event_subject(message),
         encode(message),
         timeout=timeout,
-        headers={"Nats-Msg-Id": message.event_id},
+        # by kind too: an idea id is chosen by a researcher and may equal another kind's id
+        headers={"Nats-Msg-Id": f"{message.KIND}-{message.event_id}"},
     )
 
 

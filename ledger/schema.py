@@ -256,6 +256,8 @@ VIEWS: dict[str, str] = {
         passed AS (
             SELECT idea_id, tier FROM decisions
             WHERE verdict IN ('PROMOTE', 'HELD') AND rule NOT LIKE 'spot check%'),
+        -- rejected at a tier and sent on by a spot check: not a pass there, whatever came next
+        sent_on AS (SELECT idea_id, tier FROM decisions WHERE rule LIKE 'spot check%'),
         tiers AS (SELECT DISTINCT tier FROM run_specs)
         SELECT s.agent, s.version, s.author, s.created_at, t.tier,
                count(DISTINCT p.idea_id) AS proposed,
@@ -264,6 +266,8 @@ VIEWS: dict[str, str] = {
         FROM strategies s CROSS JOIN tiers t
         LEFT JOIN proposed p ON p.agent = s.agent AND p.version = s.version
         LEFT JOIN passed d ON d.idea_id = p.idea_id AND d.tier >= t.tier
+            AND NOT EXISTS (
+                SELECT 1 FROM sent_on o WHERE o.idea_id = p.idea_id AND o.tier = t.tier)
         GROUP BY s.agent, s.version, s.author, s.created_at, t.tier
         ORDER BY s.agent, s.version, t.tier""",
 }

@@ -45,6 +45,7 @@ from scale_ladder.ladder_state import (
     LadderRefusal,
     LadderState,
     Phase,
+    seen_key,
 )
 from scale_ladder.near_duplicates import nearest, patch_change
 from scale_ladder.rules import (
@@ -148,6 +149,13 @@ class Ladder(LadderState):
         """Admit an idea's second look at its entry tier (second_look.py), or refuse it."""
         idea = state.idea
         parent = idea.parent_ids[0] if idea.parent_ids else ""
+        rejected = self.rejected_at(parent)
+        version, tier, _, by_rules = rejected if rejected is not None else (0, 0, "", False)
+        if by_rules and not self.passed_below(parent, version, tier):
+            raise NotAdmitted(
+                f"a second look at {parent}: it reached tier {tier} by a spot check or "
+                "as a second look, not through every gate below; a look may skip one gate"
+            )
         why = second_look_refusal(
             idea,
             patch,
@@ -155,7 +163,7 @@ class Ladder(LadderState):
             top=self.top,
             champion=self.champions[self.current].source,
             editable=self.editable,
-            parent=self.rejected_at(parent),
+            parent=rejected,
             earlier=self.looked.get((parent, self.current, idea.entry_tier)),
         )
         if why is not None:
@@ -263,7 +271,8 @@ class Ladder(LadderState):
         verdict, why = outcome.verdict, outcome.rule
         if verdict is Verdict.RETEST and wanted <= have:
             verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
-        if verdict is Verdict.REJECT and key[2] < self.top:  # spot_checks.py
+        # A spot check (spot_checks.py) may send a reject on, if it skipped no gate below.
+        if verdict is Verdict.REJECT and key[2] < self.top and self.passed_below(*key):
             checks, least = self.checks[key[2]], rule.spot_checks
             checked = spot_check(checks, least, self.seed_secret, *key, why)
             if checked is not None:
@@ -341,7 +350,7 @@ class Ladder(LadderState):
         """Say, once per champion and tier, that the tier is held because its baseline ignores
         the seed. Its ideas wait (rules.decide answers HELD for them); no idea is named."""
         decision_id = f"dec-{SEED_IGNORED.replace('_', '-')}-v{version}-t{tier}"
-        if decision_id in self.seen:
+        if seen_key(Decision.KIND, decision_id) in self.seen:
             return
         metrics = self.baseline_metrics(version, tier)
         seeds = seed_ignored(metrics)

@@ -47,6 +47,11 @@ from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
 
 
+def seen_key(kind: str, event_id: str) -> str:
+    """How the fold remembers an event it has seen: by its kind and id."""
+    return f"{kind}-{event_id}"
+
+
 class Phase(enum.StrEnum):
     NEW = "new"  # waiting for admission
     TESTING = "testing"  # running at `tier` on `version`
@@ -121,9 +126,14 @@ class LadderState:
     # (idea looked at again, version, entry tier) -> its second look admitted there
     looked: dict[tuple[str, int, int], str] = field(default_factory=dict)
     # (idea id, version, tier) -> how it got there from the tier below: True by a spot check
-    # (spot_checks.py), False promoted by the rules; (lower tier) -> how such ideas fared
+    # (spot_checks.py), False promoted by the rules; (lower tier) -> how such ideas fared, each
+    # (idea, tier) counted once (a carried-over idea is decided again on the new champion)
     entered: dict[tuple[str, int, int], bool] = field(default_factory=dict)
     checks: dict[int, Checks] = field(default_factory=lambda: defaultdict(Checks))
+    counted: set[tuple[str, int]] = field(default_factory=set)
+    # (idea id, version, tier) reached by passing every gate below it (a fresh idea's tier 0
+    # too): neither by a spot check nor as a second look
+    gated: set[tuple[str, int, int]] = field(default_factory=set)
     # run id -> RunSpec with no result yet: a job the bus lost is put back from here (service.py)
     unfinished: dict[str, RunSpec] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
@@ -151,9 +161,12 @@ class LadderState:
     # --- folding events in ------------------------------------------------------------------
 
     def observe(self, message: Message) -> None:
-        if message.event_id in self.seen:
+        # Keyed by kind too: an idea named like one of the ladder's own decisions (ids are
+        # chosen by researchers) must not make the ladder drop that decision.
+        key = seen_key(message.KIND, message.event_id)
+        if key in self.seen:
             return
-        self.seen.add(message.event_id)
+        self.seen.add(key)
         if isinstance(message, Idea):
             self.ideas.setdefault(message.idea_id, IdeaState(message))
             self.dirty[message.idea_id] = None
@@ -246,14 +259,26 @@ class LadderState:
 
     def _count_check(self, decision: Decision) -> None:
         """A verdict of the rules at a tier an idea reached from the one below: count how
-        that tier's promotions and spot checks fare here (spot_checks.py)."""
-        version, tier = decision.champion_version, decision.tier
-        spot_check = self.entered.pop((decision.idea_id, version, tier), None)
-        if spot_check is not None and tier > 0:
+        that tier's promotions and spot checks fare here (spot_checks.py). Only measured
+        verdicts count: a crash one tier up says nothing of the gate below (and crashes made
+        on purpose would switch a gate off)."""
+        idea_id, version, tier = decision.idea_id, decision.champion_version, decision.tier
+        spot_check = self.entered.get((idea_id, version, tier))
+        measured = decision.delta is not None
+        if spot_check is not None and tier > 0 and measured and (idea_id, tier) not in self.counted:
+            self.counted.add((idea_id, tier))
             passed = decision.verdict is Verdict.PROMOTE and not is_spot_check(decision.rule)
             self.checks[tier - 1] = self.checks[tier - 1].counted(spot_check, passed)
         if decision.verdict is Verdict.PROMOTE and tier < self.top:
-            self.entered[(decision.idea_id, version, tier + 1)] = is_spot_check(decision.rule)
+            sent_on = is_spot_check(decision.rule)
+            self.entered[(idea_id, version, tier + 1)] = sent_on
+            if not sent_on and self.passed_below(idea_id, version, tier):
+                self.gated.add((idea_id, version, tier + 1))
+
+    def passed_below(self, idea_id: str, version: int, tier: int) -> bool:
+        """The idea reached `tier` on `version` through every gate below it: a spot check or a
+        second look may skip one gate, never two (spot_checks.py, second_look.py)."""
+        return tier == 0 or (idea_id, version, tier) in self.gated
 
     def _observe_champion(self, change: ChampionChange) -> None:
         previous = self.current

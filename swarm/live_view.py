@@ -25,6 +25,7 @@ from rich.text import Text
 from agents.brain import Persona
 from agents.brain_groups import LLM_BRAINS, MODEL_BRAINS
 from agents.finding_values import FINAL
+from bus.messages import SHOWN_VERDICT_SQL
 from bus.subjects import JOBS_STREAM, trainer_consumer_name
 from bus.untrusted import for_terminal
 from ledger.sql_protocol import SqlError
@@ -39,9 +40,9 @@ LEADERBOARD_COLUMNS = ("tier", "v", "idea", "author", "hypothesis", "metric", "n
 # researchers are named <prefix>-<i>-tpe|gp, or <prefix>-<i>[-<llm brain>|-portfolio]-<persona>
 TRAINERS = trainer_consumer_name(0).removesuffix("0")  # trainer consumers: TRAINERS + tier
 
-TOTALS_SQL = """
+TOTALS_SQL = f"""
 SELECT 'runs' AS what, status AS name, count(*) AS n FROM runs GROUP BY status
-UNION ALL SELECT 'decisions', verdict, count(*) FROM decisions GROUP BY verdict
+UNION ALL SELECT 'decisions', {SHOWN_VERDICT_SQL}, count(*) FROM decisions GROUP BY ALL
 UNION ALL SELECT 'tiers', CAST(tier AS VARCHAR), count(*) FROM run_specs GROUP BY tier
 UNION ALL SELECT 'llm', 'calls', count(*) FROM llm_calls
 UNION ALL SELECT 'llm', 'micro_usd', CAST(round(coalesce(sum(cost_usd), 0) * 1e6) AS BIGINT)

@@ -16,6 +16,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from bus.messages import SHOWN_VERDICT_SQL
+
 Query = Callable[[str], pa.Table]
 
 TOP_IDEAS = 10  # leaderboard rows per tier
@@ -30,8 +32,9 @@ SELECT (SELECT count(*) FROM ideas) AS ideas, (SELECT count(*) FROM decisions) A
 
 STATUS_SQL = "SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY status"
 
-VERDICTS_SQL = """
-SELECT tier, verdict, count(*) AS n FROM decisions GROUP BY tier, verdict ORDER BY tier, verdict"""
+VERDICTS_SQL = f"""
+SELECT tier, {SHOWN_VERDICT_SQL} AS verdict, count(*) AS n FROM decisions
+GROUP BY ALL ORDER BY tier, verdict"""
 
 LINEAGE_SQL = """
 SELECT c.version, c.parent_version, c.kind, c.idea_id, i.author, i.hypothesis, c.reason, c.patch

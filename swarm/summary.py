@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from bus.messages import SHOWN_VERDICT_SQL
 from scale_ladder.rules import EQUAL_GAINS
 from swarm.config import SwarmConfig
 from swarm.follow_up import swarm_command
@@ -14,8 +15,8 @@ from swarm.sql_client import read_file
 from swarm.workspace import Workspace
 
 RUNS_SQL = "SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY n DESC"
-VERDICTS_SQL = """SELECT tier, verdict, count(*) AS n FROM decisions
-    GROUP BY tier, verdict ORDER BY tier, verdict"""
+VERDICTS_SQL = f"""SELECT tier, {SHOWN_VERDICT_SQL} AS verdict, count(*) AS n FROM decisions
+    GROUP BY ALL ORDER BY tier, verdict"""
 # Baseline metric per tier, champion version and seed (the first OK attempt of each seed; a
 # stacked idea's runs count as its new champion's, as the ladder counts them).
 BASELINES_SQL = """SELECT tier, champion_version AS version, seed, min(metric) AS metric
@@ -29,7 +30,7 @@ HELD_SQL = """SELECT tier, arg_max(rule, created_at) AS rule FROM decisions
 
 # Ideas rejected with no noise estimate: their paired gains were the same on every seed. One
 # condition for the count and the query the summary suggests.
-UNJUDGED = f"verdict = 'REJECT' AND rule LIKE '%{EQUAL_GAINS}%'"
+UNJUDGED = f"verdict IN ('REJECT', 'PROMOTE') AND rule LIKE '%{EQUAL_GAINS}%'"
 UNJUDGED_SQL = f"""SELECT tier, count(DISTINCT idea_id) AS n FROM decisions WHERE {UNJUDGED}
     GROUP BY tier ORDER BY tier"""
 UNJUDGED_EXAMPLE = f"select idea_id, tier, delta from decisions where {UNJUDGED}"

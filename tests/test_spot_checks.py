@@ -9,16 +9,31 @@ import re
 import zlib
 from pathlib import Path
 
+import duckdb
 import pytest
 from optuna.trial import TrialState
 
 from agents.brain import Finding, Gain
+from agents.history import History
 from agents.model_brain import ModelSearch, Sampler
-from bus.messages import SPOT_CHECK, Decision, RunResult, RunSpec, Verdict
+from agents.second_look import second_look
+from bus.messages import SPOT_CHECK, Decision, Idea, RunResult, RunSpec, RunStatus, Verdict
 from scale_ladder.ladder import Ladder
-from scale_ladder.tiers import LadderConfigError
-from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_result, started
-from tests.test_model_brain import BASELINE, RECIPE, desk, propose
+from scale_ladder.tiers import LadderConfigError, load_tiers
+from swarm.summary import VERDICTS_SQL
+from tests.ladder_sim import (
+    RECIPE,
+    SIM_LADDER,
+    Sim,
+    champions,
+    decisions,
+    make_ladder,
+    ok_result,
+    patch,
+    started,
+)
+from tests.test_model_brain import BASELINE, desk, propose
+from tests.test_model_brain import RECIPE as SEARCHED
 from training.recipe_constants import Change
 
 
@@ -148,8 +163,144 @@ def test_the_model_reads_a_failed_spot_check_as_a_reject_where_it_was_rejected()
         ),
     )  # fmt: skip
     search = ModelSearch(Sampler.TPE, seed=0)
-    propose(search, desk(RECIPE, (failed, climbed)))
+    propose(search, desk(SEARCHED, (failed, climbed)))
     by_wd = {round(t.params["WD"], 3): t for t in search._study.get_trials(deepcopy=False)}
     assert by_wd[0.5].state is TrialState.PRUNED and list(by_wd[0.5].intermediate_values) == [0]
     assert by_wd[0.7].state is TrialState.COMPLETE
     assert sorted(by_wd[0.7].intermediate_values) == [0, 1]
+
+
+def three_tiers(tmp_path: Path, first: str = "", second: str = "") -> Ladder:
+    """The simulated ladder with a third, top tier; `first`/`second` go into tiers 0 and 1."""
+    text = SIM_LADDER.format(extra=first).rstrip() + f"\n{second}\n" + TOP_TIER
+    (tmp_path / "ladder.toml").write_text(text)
+    return Ladder(load_tiers(tmp_path / "ladder.toml"), "recipe.py", RECIPE)
+
+
+TOP_TIER = """
+[[tier]]
+name = "top"
+depth = 2
+width = 64
+context = 16
+budget_kind = "tokens"
+budget = 3000
+time_limit_s = 10
+eval_tokens = 64
+seeds = 2
+max_seeds = 4
+min_improvement = 0.001
+"""
+
+
+def test_no_recipe_skips_two_gates_by_a_spot_check_and_a_second_look(tmp_path: Path) -> None:
+    """Spot-checked at tier 0 and rejected at tier 1, an idea gets no second look at the top:
+    that recipe would have passed only the top gate. Nor is a second look rejected where it
+    entered spot-checked on. The researcher's own second-look choice skips such ideas."""
+    (tmp_path / "a").mkdir()
+    sim = Sim(three_tiers(tmp_path / "a", first="spot_checks = 1.0"))
+    sim.step()
+    sim.run_all()
+    sim.propose("x", "WD = 0.1->WD = 0.5")  # a loss at every tier
+    sim.run_all()
+    assert [(d.tier, d.verdict) for d in decisions(sim, "x")] == [
+        (0, Verdict.PROMOTE),
+        (1, Verdict.REJECT),
+    ]
+    history = History("recipe.py", "bytelm")
+    for message in sim.log:
+        history.observe(message)
+    assert second_look(history, top_tier=2) is None
+    source = sim.ladder.champions[1].source
+    look = Idea(
+        "x-look", "r", "h", patch("WD = 0.1", "WD = 0.5", source), 1,
+        parent_ids=("x",), entry_tier=2,
+    )  # fmt: skip
+    sim.feed(look)
+    sim.run_all()
+    (refused,) = decisions(sim, "x-look")
+    assert (
+        refused.verdict is Verdict.REFUSED and "by a spot check or as a second look" in refused.rule
+    )
+
+    (tmp_path / "b").mkdir()
+    sim = Sim(three_tiers(tmp_path / "b", second="spot_checks = 1.0"))
+    sim.step()
+    sim.run_all()
+    sim.propose("y", "WD = 0.1->WD = 0.5")
+    sim.run_all()
+    look = Idea(
+        "y-look", "r", "h", patch("WD = 0.1", "WD = 0.5", source), 1,
+        parent_ids=("y",), entry_tier=1,
+    )  # fmt: skip
+    sim.feed(look)
+    sim.run_all()
+    assert [(d.tier, d.verdict) for d in decisions(sim, "y-look")] == [(1, Verdict.REJECT)]
+
+
+def test_crashes_one_tier_up_do_not_count_against_the_gate_below(tmp_path: Path) -> None:
+    """Promoted ideas that crash at tier 1 say nothing of tier 0's gate: counted as failed
+    promotions they would make every reject look as good as a promotion, and switch the gate
+    off (a researcher could crash on purpose)."""
+
+    def crash_at_1(spec: RunSpec, source: str) -> RunResult:
+        if spec.tier == 1 and spec.idea_id.startswith("win"):
+            return RunResult(
+                spec.run_id, 1, spec.seed, spec.champion_version, RunStatus.OOM,
+                idea_id=spec.idea_id, reason="out of memory",
+            )  # fmt: skip
+        return honest_runner(spec, source)
+
+    better, worse = [1.5 + 0.1 * i for i in range(6)], [0.2 + 0.1 * i for i in range(6)]
+    lrs = [lr for pair in zip(better, worse, strict=True) for lr in pair]
+    ladder = make_ladder(tmp_path, require_approval=True, extra="spot_checks = 0.25")
+    sim = Sim(ladder, crash_at_1)
+    sim.step()
+    sim.run_all()
+    for i, lr in enumerate(lrs):
+        name = "win" if 1 < lr < 5 else "lose"
+        sim.propose(f"{name}-{i:02d}", f"LR = 1.0->LR = {lr:g}")
+        sim.run_all()
+    assert sim.ladder.checks[0].promoted == 0  # six crashed promotions, none counted
+
+
+def test_the_exit_summary_counts_spot_checks_apart_from_promotions(tmp_path: Path) -> None:
+    sim = swarm_of_ideas(tmp_path, honest_runner, [0.5, 0.6], 1.0)
+    rows = [
+        {"tier": d.tier, "verdict": d.verdict.value, "rule": d.rule}
+        for d in sim.log
+        if isinstance(d, Decision)
+    ]
+    db = duckdb.connect()
+    db.execute("CREATE TABLE decisions (tier INT, verdict VARCHAR, rule VARCHAR)")
+    db.executemany("INSERT INTO decisions VALUES (?, ?, ?)", [tuple(r.values()) for r in rows])
+    counts = dict(
+        (verdict, n) for tier, verdict, n in db.execute(VERDICTS_SQL).fetchall() if tier == 0
+    )
+    assert counts.get("SPOT CHECK") == 2 and "PROMOTE" not in counts
+
+
+def test_a_failed_spot_check_that_crashed_is_no_better_than_its_reject() -> None:
+    """Rejected at tier 0, sent on, crashed at tier 1 (the top here would make it complete):
+    its trial is pruned at step 0 with its tier-0 value, not a crash placed one tier up."""
+    crashed = Finding(
+        "idea-c", "a", 1, (Change("WD", "0.1", "0.9"),), "h", 1, "REJECT", None,
+        gains=(Gain(1, 0, -0.04, BASELINE, spot_check=True),), failed=True,
+    )  # fmt: skip
+    search = ModelSearch(Sampler.TPE, seed=0)
+    propose(search, desk(SEARCHED, (crashed,)))
+    by_wd = {round(t.params["WD"], 3): t for t in search._study.get_trials(deepcopy=False)}
+    trial = by_wd[0.9]
+    assert trial.state is TrialState.PRUNED and list(trial.intermediate_values) == [0]
+
+
+def test_an_idea_named_like_a_ladder_decision_does_not_hide_it(tmp_path: Path) -> None:
+    """Idea ids are a researcher's choice. Named after the decision that will promote another
+    idea at the top, it once made the ladder drop that decision and recurse until it crashed,
+    at every restart."""
+    sim = started(make_ladder(tmp_path))
+    for n in (1, 2, 3, 4):
+        sim.feed(Idea(f"dec-w-v1-t1-promote-n{n}", "r", "h", "not a patch", 1))
+    sim.propose("w", "LR = 1.0->LR = 3.0")
+    sim.run_all()
+    assert champions(sim)[-1].idea_id == "w"
