@@ -88,7 +88,8 @@ def _rule(rule: str, tier: int, fraction: float, checks: Checks) -> str:
         f"{checks.checked_passed} of {checks.checked} passed tier {tier + 1}, against "
         f"{checks.promoted_passed} of {checks.promoted} promotions"
     )
+    # The share and its counts first: a terminal cuts a long rule short.
     return (
-        f"{SPOT_CHECK}: rejected at tier {tier} ({rule}), sent on to tier {tier + 1} as one of "
-        f"the {fraction:.0%} of this tier's rejects checked there ({so_far})"
+        f"{SPOT_CHECK}: sent on to tier {tier + 1}, one of the {fraction:.0%} of tier {tier}'s "
+        f"rejects checked there ({so_far}); rejected at tier {tier}: {rule}"
     )

@@ -105,7 +105,7 @@ def ladder_path(config: SwarmConfig) -> Path:
 
 # What `swarm init` copies besides swarm.toml: the key's built-in file for the target, under the
 # name the written swarm.toml points at.
-INIT_TARGETS = ("bytelm", "command")
+INIT_TARGETS = ("bytelm", "command", "synthetic")  # what --target offers
 INIT_FILES = {("ladder", "path"): "ladder.toml", ("agents", "program"): "program.md"}
 
 
@@ -120,7 +120,8 @@ def init_folder(
     `values` as its [target] keys), the ladder for `target` and the research direction.
     Refuses to overwrite a file without `force`."""
     if target not in INIT_TARGETS:
-        raise InitRefused(f"swarm init: --target must be bytelm or command, got {target!r}")
+        choices = ", ".join(INIT_TARGETS)
+        raise InitRefused(f"swarm init: --target must be one of {choices}, got {target!r}")
     written = [(folder / CONFIG_NAME, init_config(target, values or {}))]
     written += [
         (folder / name, (BUILT_IN / DEFAULT_FILES[key](target)).read_text())

@@ -93,11 +93,12 @@ def test_an_empty_path_takes_the_file_beside_the_config_first(tmp_path: Path) ->
     assert config_files.built_in(config, "llm", "prices") == BUILT_IN / "llm_prices.toml"
 
 
-def test_init_writes_editable_copies_that_load(tmp_path: Path) -> None:
-    written = init_folder(tmp_path, "bytelm")
+@pytest.mark.parametrize("target", ["bytelm", "synthetic"])  # every target --target offers
+def test_init_writes_editable_copies_that_load(tmp_path: Path, target: str) -> None:
+    written = init_folder(tmp_path, target)
     assert sorted(p.name for p in written) == ["ladder.toml", "program.md", "swarm.toml"]
     config, workspace = configured(tmp_path)
-    assert config.target.kind == "bytelm" and workspace == tmp_path / "swarm-workspace"
+    assert config.target.kind == target and workspace == tmp_path / "swarm-workspace"
     assert Path(config.ladder.path) == tmp_path / "ladder.toml"
     assert Path(config.agents.program) == tmp_path / "program.md"
     make_ladder(config)  # a valid ladder for the target
