@@ -1,4 +1,12 @@
-"""JSON codec for bus messages: an envelope `{"kind", "v", "data"}` checked field by field.
+"""JSON codec for bus messages: an envelope `{"kind", "v", "minor", "data"}` checked field by
+field.
+
+Schema versions (bus/messages.py): `v` is the major version, `minor` the minor one (absent in
+events written before minor versions existed: 0). A message of a newer minor version may carry
+fields this build does not know: they are left out of the message and returned beside it
+(`decode_versioned`), so a reader keeps working and the ledger keeps them. A different major
+version is refused, naming both versions. A message of this minor version or an older one
+with a field this build does not know is malformed.
 
 Decoding never trusts the sender. Anything wrong — not JSON, too big, unknown kind or schema
 version, a missing, unknown or mistyped field, an integer beyond 64 bits (the ledger's BIGINT), a
@@ -19,7 +27,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from bus.messages import MESSAGE_TYPES, SCHEMA_VERSION, Message
+from bus.messages import MESSAGE_TYPES, SCHEMA_MINOR, SCHEMA_VERSION, Message
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 # Free-form values (`dict[str, Any]` fields) nest at most this deep: deeper JSON parses, but
@@ -43,11 +51,23 @@ def encode(message: Message) -> bytes:
     data = {spec.name: getattr(message, spec.name) for spec in _SPECS[message.KIND]}
     for name in _CONVERTED[message.KIND]:
         data[name] = _to_json(data[name])
-    envelope = {"kind": message.KIND, "v": SCHEMA_VERSION, "data": data}
+    envelope = {"kind": message.KIND, "v": SCHEMA_VERSION, "minor": SCHEMA_MINOR, "data": data}
     return json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode()
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    message: Message
+    minor: int  # the sender's minor schema version
+    # fields of a newer minor version this build does not know, by name (JSON values)
+    unknown: dict[str, Any]
+
+
 def decode(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
+    return decode_versioned(raw, max_bytes).message
+
+
+def decode_versioned(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Decoded:
     if len(raw) > max_bytes:
         raise CodecError(f"message of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
     try:
@@ -64,22 +84,36 @@ def decode(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Message:
         raise CodecError(f"not JSON: {str(exc).split(';')[0]}") from None
     if not isinstance(envelope, dict):
         raise CodecError(f"envelope must be a JSON object, got {type(envelope).__name__}")
-    extra = set(envelope) - {"kind", "v", "data"}
+    extra = set(envelope) - {"kind", "v", "minor", "data"}
     if extra:
         raise CodecError(f"unknown envelope keys: {_names(extra)}")
     kind, version, data = envelope.get("kind"), envelope.get("v"), envelope.get("data")
+    minor = envelope.get("minor", 0)
     if not isinstance(kind, str) or kind not in MESSAGE_TYPES:
         raise CodecError(f"unknown message kind {_quote(kind)}; known: {sorted(MESSAGE_TYPES)}")
-    if type(version) is not int or version != SCHEMA_VERSION:  # not 1.0, not true
+    if type(version) is not int or type(minor) is not int or minor < 0:  # not 1.0, not true
         raise CodecError(
-            f"unsupported schema version {_quote(version)} for {kind}; "
-            f"this build reads v{SCHEMA_VERSION}"
+            f"unsupported schema version {_quote(version)}.{_quote(minor)} for {kind}; "
+            f"this build reads v{SCHEMA_VERSION}.{SCHEMA_MINOR}"
+        )
+    if version != SCHEMA_VERSION:
+        raise CodecError(
+            f"unsupported schema version: {kind} is v{version}.{minor} and this build reads "
+            f"v{SCHEMA_VERSION}.{SCHEMA_MINOR}; a major version changes what fields mean, so "
+            "every host of a swarm must run the same major version"
         )
     if not isinstance(data, dict):
         raise CodecError(f"{kind}.data must be a JSON object, got {type(data).__name__}")
     if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: an emoji's pair, or a lone one
         _refuse_lone_surrogates(kind, data)
-    return _build(MESSAGE_TYPES[kind], data)
+    cls = MESSAGE_TYPES[kind]
+    unknown: dict[str, Any] = {}
+    if minor > SCHEMA_MINOR:  # a newer host's fields: set aside, checked only as JSON values
+        unknown = {k: v for k, v in data.items() if k not in _NAMES[kind]}
+        data = {k: v for k, v in data.items() if k in _NAMES[kind]}
+        if _too_deep(unknown, MAX_NESTING):
+            raise CodecError(f"{kind}: fields of v{version}.{minor} nested too deeply")
+    return Decoded(_build(cls, data), minor, unknown)
 
 
 def decode_as(raw: bytes, expected: type[M], max_bytes: int = DEFAULT_MAX_BYTES) -> M:

@@ -19,7 +19,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
+# The messages' schema version, major.minor (the codec's envelope carries both; bus/codec.py).
+# A minor version only adds optional fields, so a reader of an older minor version ignores what
+# it does not know (the ledger keeps it); a major version changes what fields mean. Bump the
+# minor version with every field added, the major one never without a migration of the stream.
+# Events written before minor versions existed carry the major version alone: minor 0.
 SCHEMA_VERSION = 1
+SCHEMA_MINOR = 1
 
 
 def new_id(prefix: str) -> str:

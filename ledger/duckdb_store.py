@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 
 from bus.dead_letters import dead_letter
 from bus.messages import DeadLetter, Message
-from ledger.schema import TABLES, Column, Table, ddl, run_stats_upsert
+from ledger.migrations import migrate
+from ledger.schema import TABLES, Column, Table, run_stats_upsert
 
 log = logging.getLogger(__name__)
 
@@ -69,22 +70,28 @@ class LedgerStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.con = open_database(path, read_only=False)
-        for statement in ddl():
-            self.con.execute(statement)
+        for name in migrate(self.con):
+            log.info("ledger migration applied: %s", name)
         self._rebuild_run_stats_if_missing()
         self._changed = {t.name for t in TABLES.values()}
         self._changed_lock = threading.Lock()  # snapshots run on their own thread
+        self._newer: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
 
     def close(self) -> None:
         self.con.close()
 
     def write_batch(
-        self, messages: Sequence[Message], seqs: Sequence[int | None] = ()
+        self,
+        messages: Sequence[Message],
+        seqs: Sequence[int | None] = (),
+        newer: Mapping[tuple[str, str], tuple[int, dict[str, Any]]] | None = None,
     ) -> list[DeadLetter]:
         """Store all messages in one transaction, each with its stream sequence if known (`seqs`,
-        parallel to `messages`). If the batch fails on bad data, store the good ones one by one
-        and return a dead letter for each that cannot be stored."""
+        parallel to `messages`), and with the fields of a newer schema version each carried
+        (`newer`: (kind, event id) -> (minor version, fields)). If the batch fails on bad data,
+        store the good ones one by one and return a dead letter for each that cannot be stored."""
         numbered = list(zip(messages, seqs or [None] * len(messages), strict=True))
+        self._newer = dict(newer or {})
         try:
             self._write(numbered)
             return []
@@ -127,12 +134,27 @@ class LedgerStore:
                         )
                 finally:
                     self.con.unregister("incoming_batch")
+            self._write_newer(by_kind, ingested_at)
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
         with self._changed_lock:
             self._changed.update(TABLES[kind].name for kind in by_kind)
+
+    def _write_newer(self, by_kind: Mapping[str, Mapping[str, object]], ingested_at: int) -> None:
+        """The fields of a newer schema version the batch's events carried (migrations.py)."""
+        rows = [
+            (kind, event_id, minor, json.dumps(fields, sort_keys=True), ingested_at)
+            for (kind, event_id), (minor, fields) in self._newer.items()
+            if event_id in by_kind.get(kind, {})
+        ]
+        if rows:
+            self.con.executemany(
+                "INSERT INTO newer_fields VALUES (?, ?, ?, ?, make_timestamp(?)) "
+                "ON CONFLICT DO NOTHING",
+                rows,
+            )
 
     def _insert_runs(self) -> None:
         """Insert new results and add them, and only them, to the run_stats totals."""

@@ -9,15 +9,17 @@ on `swarm.sql` and writes Parquet snapshots of the tables every few seconds.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from bus.codec import CodecError, decode
+from bus.codec import CodecError, decode_versioned
 from bus.dead_letters import dead_letter
 from bus.messages import Message
 from bus.subjects import (
@@ -134,11 +136,14 @@ class LedgerService:
     async def ingest(self, batch: list[Msg]) -> None:
         """Decode, commit, then ack. Undecodable events are committed as dead letters."""
         seqs = [_stream_seq(msg) for msg in batch]
+        newer: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
         messages = [
-            self._decode_or_dead_letter(msg, seq) for msg, seq in zip(batch, seqs, strict=True)
+            self._decode_or_dead_letter(msg, seq, newer)
+            for msg, seq in zip(batch, seqs, strict=True)
         ]
         loop = asyncio.get_running_loop()
-        refused = await loop.run_in_executor(self._writer, self.store.write_batch, messages, seqs)
+        write = functools.partial(self.store.write_batch, messages, seqs, newer)
+        refused = await loop.run_in_executor(self._writer, write)
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
         for msg, seq in zip(batch, seqs, strict=True):
@@ -146,15 +151,20 @@ class LedgerService:
                 await msg.ack()
         self.ingested += len(batch)
 
-    def _decode_or_dead_letter(self, msg: Msg, seq: int | None) -> Message:
+    def _decode_or_dead_letter(
+        self, msg: Msg, seq: int | None, newer: dict[tuple[str, str], tuple[int, dict[str, Any]]]
+    ) -> Message:
         if seq is None:
             # Not from the stream (someone published to the deliver subject): keep it anyway.
             reason = "not a JetStream delivery of the event stream"
             return dead_letter(msg.subject, msg.data, reason, "ledger")
         try:
-            message = decode(msg.data, self.options.max_message_bytes)
+            decoded = decode_versioned(msg.data, self.options.max_message_bytes)
+            message = decoded.message
             if msg.subject != f"{PREFIX}.events.{message.KIND}":
                 raise CodecError(f"a {message.KIND} message on subject {msg.subject}")
+            if decoded.unknown:  # a newer host's fields: kept beside the row
+                newer[(message.KIND, message.event_id)] = (decoded.minor, decoded.unknown)
             return message
         except CodecError as exc:
             # Keyed by stream sequence, so a redelivered bad event stays one dead letter.

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from bus.codec import CodecError, decode, decode_as, encode
 from bus.messages import (
     MESSAGE_TYPES,
+    SCHEMA_MINOR,
     SCHEMA_VERSION,
     BudgetKind,
     Idea,
@@ -96,7 +97,13 @@ REFUSALS = [
     (b'"just a string"', "envelope must be a JSON object"),
     (b"[" * 100_000, "nested too deeply|not JSON"),
     (_envelope(kind="nonsense"), "unknown message kind 'nonsense'"),
-    (_envelope(v=SCHEMA_VERSION + 1), f"unsupported schema version {SCHEMA_VERSION + 1}"),
+    (
+        _envelope(v=SCHEMA_VERSION + 1),
+        rf"is v{SCHEMA_VERSION + 1}\.{SCHEMA_MINOR} and this build reads "
+        rf"v{SCHEMA_VERSION}\.{SCHEMA_MINOR}",
+    ),
+    (_envelope(minor=-1), "unsupported schema version"),
+    (_envelope(minor="1"), "unsupported schema version"),
     (_envelope(v="1"), "unsupported schema version '1'"),
     (_envelope(extra=1), "unknown envelope keys"),
     (_envelope(data=[1]), "data must be a JSON object"),
