@@ -125,6 +125,10 @@ class RunSpec:
     time_limit_s: float = 0.0  # hard wall clock for the experiment; 0: the trainer's default
     eval_tokens: int = 0  # held-out bytes to score; 0: the trainer's default
     created_at: float = field(default_factory=now)
+    # The data the ladder recorded for this champion and tier (the first baseline run's corpus
+    # hash there); a trainer whose data differs refuses the run. Empty: none recorded yet, or a
+    # target without a corpus. Added in schema v1.1.
+    corpus_hash: str = ""
 
     @property
     def event_id(self) -> str:

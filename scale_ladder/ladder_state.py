@@ -359,13 +359,30 @@ class LadderState:
         ok = run.status is RunStatus.OK and run.metric is not None
         return ok and self.tiers[tier].budget_kind is BudgetKind.TOKENS
 
+    def corpus(self, version: int, tier: int) -> str:
+        """The corpus hash recorded for (version, tier): that of its first successful baseline
+        run in the fold's order (the same after a replay); "" until one, or without a corpus.
+        RunSpecs carry it, and a trainer with other data refuses them."""
+        for run in self.results.get(("", version, tier), {}).values():
+            if run.status is RunStatus.OK and run.corpus_hash:
+                return run.corpus_hash
+        return ""
+
+    def on_corpus(self, version: int, tier: int, run: RunResult) -> bool:
+        """The run used the data recorded for its champion and tier: runs on other data are
+        never paired (a worker with another data folder measures another problem)."""
+        recorded = self.corpus(version, tier)
+        return not recorded or not run.corpus_hash or run.corpus_hash == recorded
+
     def baseline_metrics(self, version: int, tier: int) -> dict[int, float]:
         """seed -> metric of the champion's successful runs at (version, tier)."""
         baseline = self.results.get(("", version, tier), {})
         return {
             s: r.metric
             for s, r in baseline.items()
-            if r.status is RunStatus.OK and r.metric is not None
+            if r.status is RunStatus.OK
+            and r.metric is not None
+            and self.on_corpus(version, tier, r)
         }
 
     def noise_at(self, version: int, tier: int, exclude: str = "") -> Noise:
@@ -376,7 +393,11 @@ class LadderState:
             if other == exclude:
                 continue
             runs = self.results.get((other, version, tier), {})
-            mine = {s: r.metric for s, r in runs.items() if r.metric is not None}
+            mine = {
+                s: r.metric
+                for s, r in runs.items()
+                if r.metric is not None and self.on_corpus(version, tier, r)
+            }
             groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
         return noise(groups, max((abs(v) for v in base.values()), default=0.0))
 
@@ -399,4 +420,5 @@ class LadderState:
 
     def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:
         result = self.results[("", version, tier)].get(seed)
-        return result is not None and result.status is RunStatus.OK and result.metric is not None
+        ok = result is not None and result.status is RunStatus.OK and result.metric is not None
+        return ok and self.on_corpus(version, tier, result)  # type: ignore[arg-type]

@@ -68,6 +68,7 @@ class Tier:
         idea_id: str = "",
         patch: str = "",
         target: str = "bytelm",
+        corpus_hash: str = "",
     ) -> RunSpec:
         """One experiment at this tier: its budget, dials and limits."""
         return RunSpec(
@@ -83,6 +84,7 @@ class Tier:
             dials=dict(self.dials),
             time_limit_s=self.time_limit_s,
             eval_tokens=self.eval_tokens,
+            corpus_hash=corpus_hash,
         )
 
 
