@@ -34,6 +34,7 @@ DEFAULT_MAX_BYTES = 1024 * 1024
 # re-encoding it (the ledger stores it as JSON text) can hit Python's recursion limit.
 MAX_NESTING = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_MINOR = 2**31 - 1  # a minor version fits the ledger's INTEGER column
 # How much of a sender's value a reason quotes.
 QUOTE_CHARS = 40
 M = TypeVar("M", bound=Message)
@@ -91,15 +92,15 @@ def decode_versioned(raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> Decoded:
     minor = envelope.get("minor", 0)
     if not isinstance(kind, str) or kind not in MESSAGE_TYPES:
         raise CodecError(f"unknown message kind {_quote(kind)}; known: {sorted(MESSAGE_TYPES)}")
-    if type(version) is not int or type(minor) is not int or minor < 0:  # not 1.0, not true
-        raise CodecError(
+    if type(version) is not int or type(minor) is not int or not 0 <= minor <= MAX_MINOR:
+        raise CodecError(  # not 1.0, not true, not a number no store column can hold
             f"unsupported schema version {_quote(version)}.{_quote(minor)} for {kind}; "
             f"this build reads v{SCHEMA_VERSION}.{SCHEMA_MINOR}"
         )
     if version != SCHEMA_VERSION:
         raise CodecError(
-            f"unsupported schema version: {kind} is v{version}.{minor} and this build reads "
-            f"v{SCHEMA_VERSION}.{SCHEMA_MINOR}; a major version changes what fields mean, so "
+            f"unsupported schema version: {kind} is v{_quote(version)}.{minor} and this build "
+            f"reads v{SCHEMA_VERSION}.{SCHEMA_MINOR}; a major version changes what fields mean, so "
             "every host of a swarm must run the same major version"
         )
     if not isinstance(data, dict):

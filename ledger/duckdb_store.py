@@ -119,6 +119,7 @@ class LedgerStore:
         ingested_at = int(time.time() * 1e6)
         self.con.execute("BEGIN TRANSACTION")
         try:
+            newer = self._newer_rows(by_kind, ingested_at)  # before the rows they go with
             for kind, unique in by_kind.items():
                 table = TABLES[kind]
                 name = table.name
@@ -134,7 +135,13 @@ class LedgerStore:
                         )
                 finally:
                     self.con.unregister("incoming_batch")
-            self._write_newer(by_kind, ingested_at)
+            if newer:
+                self.con.executemany(
+                    "INSERT INTO newer_fields "
+                    "(table_name, row_key, schema_minor, fields, ingested_at) "
+                    "VALUES (?, ?, ?, ?, make_timestamp(?)) ON CONFLICT DO NOTHING",
+                    newer,
+                )
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")
@@ -142,19 +149,26 @@ class LedgerStore:
         with self._changed_lock:
             self._changed.update(TABLES[kind].name for kind in by_kind)
 
-    def _write_newer(self, by_kind: Mapping[str, Mapping[str, object]], ingested_at: int) -> None:
-        """The fields of a newer schema version the batch's events carried (migrations.py)."""
-        rows = [
-            (kind, event_id, minor, json.dumps(fields, sort_keys=True), ingested_at)
-            for (kind, event_id), (minor, fields) in self._newer.items()
-            if event_id in by_kind.get(kind, {})
-        ]
-        if rows:
-            self.con.executemany(
-                "INSERT INTO newer_fields VALUES (?, ?, ?, ?, make_timestamp(?)) "
-                "ON CONFLICT DO NOTHING",
-                rows,
-            )
+    def _newer_rows(
+        self, by_kind: Mapping[str, Mapping[str, tuple[Message, int | None]]], ingested_at: int
+    ) -> list[tuple[object, ...]]:
+        """The newer-version fields (migrations.py) of the batch's events whose rows are new:
+        a copy of an event already stored (a redelivery, or another sender's forgery under
+        its id) adds nothing to it."""
+        rows: list[tuple[object, ...]] = []
+        for (kind, event_id), (minor, fields) in self._newer.items():
+            stored = by_kind.get(kind, {}).get(event_id)
+            if stored is None:
+                continue
+            table = TABLES[kind]
+            key = getattr(stored[0], table.key)
+            exists = self.con.execute(
+                f"SELECT 1 FROM {table.name} WHERE {table.key} = ?", [key]
+            ).fetchall()
+            if not exists:
+                text = json.dumps(fields, sort_keys=True)
+                rows.append((table.name, str(key), minor, text, ingested_at))
+        return rows
 
     def _insert_runs(self) -> None:
         """Insert new results and add them, and only them, to the run_stats totals."""

@@ -28,12 +28,12 @@ MIGRATIONS_DDL = """CREATE TABLE IF NOT EXISTS schema_migrations (
 # Fields of a newer minor schema version than the ledger's, kept until a release that knows
 # them (bus/codec.py): nothing a newer host sends is lost.
 NEWER_FIELDS_DDL = """CREATE TABLE IF NOT EXISTS newer_fields (
-    kind VARCHAR,
-    event_id VARCHAR,
+    table_name VARCHAR,  -- the table its row is in
+    row_key VARCHAR,  -- that row's key (ideas.idea_id, runs.run_id, champions.version ...)
     schema_minor INTEGER,
     fields VARCHAR,  -- a JSON object: field name -> value
     ingested_at TIMESTAMP,
-    PRIMARY KEY (kind, event_id)
+    PRIMARY KEY (table_name, row_key)
 )"""
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
@@ -48,7 +48,19 @@ MIGRATIONS: tuple[tuple[str, Migration], ...] = (("0001-newer-fields", _newer_fi
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Bring the ledger's tables and views up to date; the names of what was applied now."""
+    """Bring the ledger's tables and views up to date, in one transaction (a kill leaves the
+    file as it was, or migrated with every step recorded); the names of what was applied."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        applied = _migrate(con)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return applied
+
+
+def _migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     con.execute(MIGRATIONS_DDL)
     before = _columns(con)
     for statement in ddl():
@@ -60,21 +72,13 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
                 applied.append(f"add table {table}")
             else:
                 applied += [f"add column {table}.{c}" for c in columns if c not in before[table]]
-    for name in applied:
-        _record(con, name)
     done = {row[0] for row in con.execute("SELECT name FROM schema_migrations").fetchall()}
     for name, step in MIGRATIONS:
-        if name in done:
-            continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        if name not in done:
             step(con)
-            _record(con, name)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        applied.append(name)
+            applied.append(name)
+    for name in applied:
+        _record(con, name)
     return applied
 
 
@@ -94,6 +98,7 @@ def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
 
 def _record(con: duckdb.DuckDBPyConnection, name: str) -> None:
     con.execute(
-        "INSERT INTO schema_migrations VALUES (?, ?, make_timestamp(?)) ON CONFLICT DO NOTHING",
+        "INSERT INTO schema_migrations (name, schema_version, applied_at) "
+        "VALUES (?, ?, make_timestamp(?)) ON CONFLICT DO NOTHING",
         [name, f"{SCHEMA_VERSION}.{SCHEMA_MINOR}", int(time.time() * 1e6)],
     )

@@ -38,9 +38,20 @@ def read_messages(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...]) -> lis
 
 def _rows(con: duckdb.DuckDBPyConnection, table: Table) -> Iterator[tuple[int | None, Message]]:
     # Timestamps are read as epoch microseconds: no time zone can shift them on the way back.
-    selects = [f"epoch_us({c.name})" if c.kind == "timestamp" else c.name for c in table.columns]
-    selects.append("stream_seq")
+    # A column the file lacks (a ledger no release since has opened for writing, so not yet
+    # migrated: ledger/migrations.py) reads as empty: the field's default.
     cursor = con.cursor()
+    cursor.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table.name]
+    )
+    present = {row[0] for row in cursor.fetchall()}
+    selects = [
+        ("NULL" if c.name not in present else f"epoch_us({c.name})")
+        if c.kind == "timestamp"
+        else (c.name if c.name in present else "NULL")
+        for c in table.columns
+    ]
+    selects.append("stream_seq" if "stream_seq" in present else "NULL")
     cursor.execute(f"SELECT {', '.join(selects)} FROM {table.name}")
     hints = typing.get_type_hints(table.message_type)
     fields = {f.name: f for f in dataclasses.fields(table.message_type)}

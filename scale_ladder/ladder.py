@@ -230,12 +230,12 @@ class Ladder(LadderState):
             why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
             self._decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
             return
-        elsewhere = [r for r in got.values() if not self.on_corpus(key[1], key[2], r)]
+        elsewhere = [r for r in got.values() if not self.on_corpus(r)]
         if elsewhere:  # never paired with the baseline's runs on the recorded data
             r = elsewhere[0]
             why = (
                 f"seed {r.seed} ran on corpus {r.corpus_hash[:16]}, not the "
-                f"{self.corpus(key[1], key[2])[:16]} recorded for this champion and tier "
+                f"{self.corpus[:16]} recorded for the swarm "
                 f"(trainer {r.trainer or '?'} has other data)"
             )
             self._decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
@@ -441,8 +441,7 @@ class Ladder(LadderState):
         who = idea_id or "base"
         suffix = f"-a{attempt}" if attempt else ""
         run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
-        corpus = self.corpus(version, tier)
-        return t.run_spec(run_id, seed, version, idea_id, patch, self.target, corpus)
+        return t.run_spec(run_id, seed, version, idea_id, patch, self.target, self.corpus)
 
     def _refuse(self, state: IdeaState, why: str, details: str = "") -> None:
         self._decide(state, Verdict.REFUSED, why, version=self.current, details=details)

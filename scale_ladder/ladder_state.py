@@ -134,6 +134,7 @@ class LadderState:
     # (idea id, version, tier) reached by passing every gate below it (a fresh idea's tier 0
     # too): neither by a spot check nor as a second look
     gated: set[tuple[str, int, int]] = field(default_factory=set)
+    corpus: str = ""  # the swarm's data, by hash (_record_corpus); "": none recorded yet
     # run id -> RunSpec with no result yet: a job the bus lost is put back from here (service.py)
     unfinished: dict[str, RunSpec] = field(default_factory=dict)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
@@ -216,6 +217,7 @@ class LadderState:
 
     def _observe_result(self, result: RunResult) -> None:
         self.unfinished.pop(result.run_id, None)
+        self._record_corpus(result)
         slot = self.results[(result.idea_id, result.champion_version, result.tier)]
         previous = slot.get(result.seed)
         if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try
@@ -359,20 +361,23 @@ class LadderState:
         ok = run.status is RunStatus.OK and run.metric is not None
         return ok and self.tiers[tier].budget_kind is BudgetKind.TOKENS
 
-    def corpus(self, version: int, tier: int) -> str:
-        """The corpus hash recorded for (version, tier): that of its first successful baseline
-        run in the fold's order (the same after a replay); "" until one, or without a corpus.
-        RunSpecs carry it, and a trainer with other data refuses them."""
-        for run in self.results.get(("", version, tier), {}).values():
-            if run.status is RunStatus.OK and run.corpus_hash:
-                return run.corpus_hash
-        return ""
-
-    def on_corpus(self, version: int, tier: int, run: RunResult) -> bool:
-        """The run used the data recorded for its champion and tier: runs on other data are
-        never paired (a worker with another data folder measures another problem)."""
-        recorded = self.corpus(version, tier)
+    def on_corpus(self, run: RunResult) -> bool:
+        """The run used the swarm's recorded data: runs on other data are never paired (a
+        worker with another data folder measures another problem)."""
+        recorded = self.corpus
         return not recorded or not run.corpus_hash or run.corpus_hash == recorded
+
+    def _record_corpus(self, result: RunResult) -> None:
+        """The swarm's data: the corpus hash of the first successful baseline run of one of
+        a tier's own seeds, in the fold's order (the same after a replay), fixed from then on
+        for every champion and tier (they all train on one data folder). RunSpecs carry it;
+        a trainer with other data hands their jobs back and stops."""
+        if self.corpus or result.idea_id or result.status is not RunStatus.OK:
+            return
+        rule = self.tiers[result.tier].rule if 0 <= result.tier < len(self.tiers) else None
+        seeds = {self.seed(result.tier, i) for i in range(2 * rule.max_seeds)} if rule else set()
+        if result.corpus_hash and result.seed in seeds:
+            self.corpus = result.corpus_hash
 
     def baseline_metrics(self, version: int, tier: int) -> dict[int, float]:
         """seed -> metric of the champion's successful runs at (version, tier)."""
@@ -380,9 +385,7 @@ class LadderState:
         return {
             s: r.metric
             for s, r in baseline.items()
-            if r.status is RunStatus.OK
-            and r.metric is not None
-            and self.on_corpus(version, tier, r)
+            if r.status is RunStatus.OK and r.metric is not None and self.on_corpus(r)
         }
 
     def noise_at(self, version: int, tier: int, exclude: str = "") -> Noise:
@@ -394,9 +397,7 @@ class LadderState:
                 continue
             runs = self.results.get((other, version, tier), {})
             mine = {
-                s: r.metric
-                for s, r in runs.items()
-                if r.metric is not None and self.on_corpus(version, tier, r)
+                s: r.metric for s, r in runs.items() if r.metric is not None and self.on_corpus(r)
             }
             groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
         return noise(groups, max((abs(v) for v in base.values()), default=0.0))
@@ -421,4 +422,4 @@ class LadderState:
     def _baseline_ok(self, version: int, tier: int, seed: int) -> bool:
         result = self.results[("", version, tier)].get(seed)
         ok = result is not None and result.status is RunStatus.OK and result.metric is not None
-        return ok and self.on_corpus(version, tier, result)  # type: ignore[arg-type]
+        return ok and self.on_corpus(result)  # type: ignore[arg-type]

@@ -187,10 +187,15 @@ def running_swarm(tmp_path: Path, swarm_config: Path) -> Iterator[RunningSwarm]:
 
 
 @pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> object:
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+@pytest.fixture(scope="session")
+def corpus(corpus_dir: Path) -> object:
     from training.corpus import load_corpus
 
-    return load_corpus(tmp_path_factory.mktemp("corpus"))
+    return load_corpus(corpus_dir)
 
 
 @pytest.fixture

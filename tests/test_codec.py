@@ -103,6 +103,8 @@ REFUSALS = [
         rf"v{SCHEMA_VERSION}\.{SCHEMA_MINOR}",
     ),
     (_envelope(minor=-1), "unsupported schema version"),
+    (_envelope(minor=2**31), "unsupported schema version"),  # beyond the ledger's column
+    (_envelope(v=10**400), r"is v\d+… \(\d+ chars\)|is v\d{1,40}…"),  # quoted short
     (_envelope(minor="1"), "unsupported schema version"),
     (_envelope(v="1"), "unsupported schema version '1'"),
     (_envelope(extra=1), "unknown envelope keys"),

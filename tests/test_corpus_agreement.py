@@ -4,14 +4,20 @@ why, and the ladder never pairs runs made on different data."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
+from nats.aio.client import Client
+
 from bus.messages import RunResult, RunSpec, RunStatus, Verdict
+from bus.nats_bus import enqueue_run
+from bus.subjects import JOBS_STREAM, ensure_trainer_consumer, trainer_consumer_name
 from tests.ladder_sim import Sim, decisions, make_ladder, ok_runner
-from tests.training_helpers import CHAMPION, TINY_LIMITS, tiny_spec
-from training.corpus import Corpus
-from training.runner import run_bytelm
+from tests.training_helpers import tiny_spec
+from training.targets import BytelmTarget
+from training.trainer import Trainer, TrainerOptions, WrongTarget
 
 
 def on_data(hashes: dict[str, str]) -> object:
@@ -29,7 +35,7 @@ def test_specs_carry_the_recorded_corpus_and_other_data_is_never_paired(tmp_path
     sim = Sim(make_ladder(tmp_path), on_data({"idea-elsewhere": "data-b"}))  # type: ignore[arg-type]
     sim.step()
     sim.run_all()
-    assert sim.ladder.corpus(1, 0) == "data-a"
+    assert sim.ladder.corpus == "data-a"
     sim.propose("idea-here", "LR = 1.0->LR = 2.0")
     sim.propose("idea-elsewhere", "LR = 1.0->LR = 2.5")
     sim.run_all()
@@ -39,32 +45,49 @@ def test_specs_carry_the_recorded_corpus_and_other_data_is_never_paired(tmp_path
     assert here[0].verdict is Verdict.PROMOTE  # a real gain, on the recorded data
     (elsewhere,) = decisions(sim, "idea-elsewhere")
     assert elsewhere.verdict is Verdict.REJECT and elsewhere.delta is None  # nothing paired
-    assert "corpus data-b" in elsewhere.rule and "data-a recorded" in elsewhere.rule
+    assert "corpus data-b" in elsewhere.rule and "data-a recorded for the swarm" in elsewhere.rule
 
 
-def test_a_baseline_run_on_other_data_is_left_out_of_the_pairs(tmp_path: Path) -> None:
+def test_the_record_is_the_first_baseline_run_of_a_tier_seed_and_never_changes(
+    tmp_path: Path,
+) -> None:
+    """A result for a seed no tier uses (a forged one) records nothing; a later baseline run
+    on other data (a retry taken by another worker) does not flip the record, and is left out
+    of the pairs."""
     ladder = make_ladder(tmp_path)
     sim = Sim(ladder)
     sim.step()
-    sim.run_all()
-    first = next(iter(ladder.results[("", 1, 0)].values()))
-    assert ladder.corpus(1, 0) == ""  # the simulated runs report no corpus: nothing recorded
-    stray = dataclasses.replace(first, run_id="run-stray", seed=first.seed + 1)
-    recorded = dataclasses.replace(first, corpus_hash="data-a")
-    ladder.results[("", 1, 0)] = {first.seed: recorded, stray.seed: stray}
-    assert ladder.baseline_metrics(1, 0) == {first.seed: first.metric, stray.seed: stray.metric}
-    other = dataclasses.replace(stray, corpus_hash="data-b")
-    ladder.results[("", 1, 0)][stray.seed] = other
-    assert ladder.baseline_metrics(1, 0) == {first.seed: first.metric}
+    spec = sim.queue.pop(0)
+    forged = RunResult("run-forged", 0, 424242, 1, RunStatus.OK, metric=9.9, corpus_hash="evil")
+    sim.feed(forged)
+    assert ladder.corpus == ""
+    sim.feed(dataclasses.replace(result_of(sim, spec), corpus_hash="data-a"))
+    assert ladder.corpus == "data-a"
+    other_seed = ladder.seed(0, 1)
+    stray = dataclasses.replace(
+        result_of(sim, spec), run_id="run-base-v1-t0-other", seed=other_seed, corpus_hash="data-b"
+    )
+    sim.feed(stray)
+    assert ladder.corpus == "data-a"
+    assert other_seed not in ladder.baseline_metrics(1, 0)
+    assert spec.seed in ladder.baseline_metrics(1, 0)
 
 
-def test_a_trainer_with_other_data_refuses_the_run_and_says_why(
-    corpus: Corpus, tmp_path: Path
+def result_of(sim: Sim, spec: RunSpec) -> RunResult:
+    return ok_runner(spec, sim.ladder.champions[spec.champion_version].source)
+
+
+async def test_a_trainer_with_other_data_hands_the_job_back_and_stops(
+    nc: Client, tmp_path: Path, corpus_dir: Path
 ) -> None:
-    spec = dataclasses.replace(tiny_spec(), corpus_hash="f" * 64)
-    result = run_bytelm(spec, CHAMPION, corpus, TINY_LIMITS, tmp_path / "scratch")
-    assert result.status is RunStatus.REFUSED and result.metric is None
-    assert "corpus hash differs" in result.reason and "f" * 16 in result.reason
-    assert result.corpus_hash == corpus.corpus_hash
-    same = dataclasses.replace(tiny_spec(), corpus_hash=corpus.corpus_hash)
-    assert run_bytelm(same, CHAMPION, corpus, TINY_LIMITS, tmp_path / "s2").status is RunStatus.OK
+    """Running it would give a result the ladder cannot pair, and the idea would be rejected
+    for a worker's mistake: the job goes back for another trainer, untouched."""
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    await enqueue_run(js, dataclasses.replace(tiny_spec(seed=1), corpus_hash="f" * 64))
+    options = TrainerOptions((0,), "cpu", tmp_path / "scratch", tmp_path / "logs", {})
+    trainer = Trainer(nc, BytelmTarget(corpus_dir), options)
+    with pytest.raises(WrongTarget, match="but the swarm runs on corpus ffffffffffffffff"):
+        await asyncio.wait_for(trainer.run(asyncio.Event()), 60)
+    info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(0))
+    assert info.num_ack_pending + info.num_pending == 1  # handed back, not run, not lost

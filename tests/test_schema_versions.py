@@ -10,6 +10,7 @@ schema versions (commit 72f6376), made with that commit's code:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import tarfile
 from pathlib import Path
@@ -75,10 +76,10 @@ async def test_a_newer_hosts_events_are_stored_with_its_fields_and_replayed(
 
     await wait_for_async(stored, 20)
     answer = await ask_ledger(
-        nc, "select kind, event_id, schema_minor, fields from newer_fields", 5
+        nc, "select table_name, row_key, schema_minor, fields from newer_fields", 5
     )
     (row,) = answer.table.to_pylist()
-    assert row["kind"] == "idea" and row["event_id"] == idea.event_id
+    assert row["table_name"] == "ideas" and row["row_key"] == idea.idea_id
     assert row["schema_minor"] == SCHEMA_MINOR + 1
     assert json.loads(row["fields"]) == {"energy_joules": 3.0}
     ideas = await ask_ledger(nc, "select idea_id from ideas", 5)
@@ -111,6 +112,8 @@ def test_a_workspace_of_the_previous_release_resumes(tmp_path: Path) -> None:
         old_ideas = {r[0] for r in old.execute("select idea_id from ideas").fetchall()}
         (old_runs,) = old.execute("select count(*) from runs").fetchone() or (0,)
     assert old_runs == 16 and old_ideas
+    audit = run_swarm(workspace, "audit", timeout=120)  # before any start has migrated it
+    assert audit.returncode == 0 and "replay differences 0" in audit.stdout, audit.stderr[-2000:]
 
     done = run_swarm(
         workspace,
@@ -148,3 +151,23 @@ def test_a_ledger_without_a_newer_field_gains_its_column_and_says_so(tmp_path: P
     assert LedgerStore(path).con.execute("select count(*) from schema_migrations").fetchone() == (
         len(names),
     )
+
+
+def test_a_copy_under_a_stored_events_id_adds_no_fields_to_it(tmp_path: Path) -> None:
+    """Newer fields go with the row they came with: a later copy of an event (a redelivery,
+    or another sender's under the same id) attaches nothing to the stored row."""
+    store = LedgerStore(tmp_path / "ledger.duckdb")
+    victim = make_idea(1)
+    store.write_batch([victim])
+    forged = dataclasses.replace(victim, author="mallory")
+    store.write_batch([forged], newer={("idea", victim.event_id): (9, {"retracted": True})})
+    first = make_idea(2)
+    store.write_batch(
+        [first, dataclasses.replace(first, author="mallory")],
+        newer={("idea", first.event_id): (9, {"energy_joules": 1.0})},
+    )
+    rows = store.con.execute("select row_key, fields from newer_fields").fetchall()
+    authors = dict(store.con.execute("select idea_id, author from ideas").fetchall())
+    store.close()
+    assert rows == [(first.idea_id, '{"energy_joules": 1.0}')]
+    assert authors[victim.idea_id] == victim.author

@@ -52,13 +52,6 @@ def run_bytelm(
     base = result_fields(
         spec, device, trainer, corpus_hash=corpus.corpus_hash, unconfined=limits.unsafe_no_sandbox
     )
-    if spec.corpus_hash and spec.corpus_hash != corpus.corpus_hash:
-        why = (
-            f"corpus hash differs: this trainer's data is {corpus.corpus_hash[:16]}, the ladder "
-            f"recorded {spec.corpus_hash[:16]} for champion v{spec.champion_version} at tier "
-            f"{spec.tier}; give every trainer the same data (target.data in swarm.toml, or --data)"
-        )
-        return RunResult(**base, status=RunStatus.REFUSED, reason=why)
     if not PLAIN_NAME.fullmatch(spec.run_id):  # it names the scratch directory, then removed
         why = f"run id {spec.run_id[:200]!r} is not a plain name"
         return RunResult(**base, status=RunStatus.REFUSED, reason=why)

@@ -90,6 +90,9 @@ class SyntheticTarget:
     def initial_source(self) -> str:
         return SYNTHETIC.initial_source()
 
+    def data_hash(self) -> str:
+        return ""
+
     def run(
         self,
         spec: RunSpec,

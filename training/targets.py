@@ -37,6 +37,11 @@ class Target(Protocol):
 
     def initial_source(self) -> str: ...
 
+    def data_hash(self) -> str:
+        """The hash of the data its runs train and evaluate on; "" for a target without a
+        corpus of ours (its data is the project's business)."""
+        ...
+
     def run(
         self,
         spec: RunSpec,
@@ -61,6 +66,9 @@ class BytelmTarget:
 
     def initial_source(self) -> str:
         return RECIPE.read_text()
+
+    def data_hash(self) -> str:
+        return load_corpus(self.corpus_dir, self.data).corpus_hash
 
     def run(
         self,

@@ -59,7 +59,7 @@ RECHECK_S = 0.2
 
 
 class WrongTarget(ValueError):
-    """The swarm's jobs are for another target than this trainer's."""
+    """The swarm's jobs are for another target than this trainer's, or its data."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,7 @@ class Trainer:
         self._cancel = threading.Event()
         self._higher_empty_until = 0.0  # monotonic: higher tiers were found empty until then
         self._current: tuple[int, float] = (0, 0.0)  # champion number, monotonic time read
+        self._data: str | None = None  # its data's hash, once read
         self._publishing: list[asyncio.Future[None]] = []  # instant results awaiting acks
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -155,6 +156,16 @@ class Trainer:
                 f"this worker runs target {self.target.name!r}, but the swarm's jobs are for "
                 f"{spec.target!r}: start it with --target {spec.target}"
             )
+        mine = await self._data_hash() if spec.corpus_hash else ""
+        if mine and mine != spec.corpus_hash:
+            # Other data: its runs would not pair with the swarm's, and a result would make
+            # the ladder reject the idea. Hand the job back and stop, saying why.
+            await msg.nak(delay=TRAINER_HEARTBEAT_S)
+            raise WrongTarget(
+                f"this worker's data is corpus {mine[:16]}, but the swarm runs on corpus "
+                f"{spec.corpus_hash[:16]}: start it with the swarm's data (target.data in "
+                "swarm.toml, or --data)"
+            )
         deliveries = msg.metadata.num_delivered
         if deliveries > MAX_DELIVERIES:
             reason = f"abandoned after {deliveries - 1} deliveries: trainers died running it"
@@ -215,6 +226,12 @@ class Trainer:
             heartbeat.cancel()
             stopper.cancel()
         await self._publish(result, msg)
+
+    async def _data_hash(self) -> str:
+        """This worker's data, hashed once (a target without a corpus of ours: "")."""
+        if self._data is None:
+            self._data = await asyncio.to_thread(self.target.data_hash)
+        return self._data
 
     async def _current_champion(self) -> int:
         """The current champion's number, read again when RECHECK_S old (see the constant)."""
