@@ -157,6 +157,8 @@ def run_faults(root: Path, seconds: float, seed: int, agents: int = 6,
     config.write_text(
         '[target]\nkind = "synthetic"\n[trainers]\ncount = 2\n'
         "[ledger]\nrestart_delay_s = 0.2\nsnapshot_interval_s = 1.0\n[status]\ninterval_s = 1.0\n"
+        # a killed ladder restarts from its snapshot, written every second: that path is hit
+        "[ladder]\nsnapshot_interval_s = 1.0\n"
     )
     swarm = Swarm(root / "ws", config, agents)
     report = FaultReport()

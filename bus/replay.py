@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bus.codec import CodecError, decode
 from bus.messages import Message
@@ -35,8 +36,11 @@ class Replay:
 
 
 async def replay_events(
-    js: JetStreamContext, kinds: frozenset[str], max_bytes: int, handle: Handler
+    js: JetStreamContext, kinds: frozenset[str], max_bytes: int, handle: Handler, after: int = 0
 ) -> Replay:
+    """Replay from the first event, or from the one after sequence `after` (a reader that has
+    folded the events up to it already: a snapshot)."""
+
     async def deliver(msg: Msg) -> None:
         message = None
         if msg.subject.rpartition(".")[2] in kinds:
@@ -47,11 +51,16 @@ async def replay_events(
         await handle(message, msg.metadata.sequence.stream)
 
     start_seq = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    where: dict[str, Any] = {"deliver_policy": DeliverPolicy.ALL}
+    if after:
+        start = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE)
+        start.opt_start_seq = after + 1
+        where = {"config": start}
     subscription = await js.subscribe(
         EVENTS_SUBJECTS,
         stream=EVENTS_STREAM,  # named: no lookup by subject (one request, one permission less)
         ordered_consumer=True,
-        deliver_policy=DeliverPolicy.ALL,
         cb=deliver,
+        **where,
     )
     return Replay(subscription, start_seq)

@@ -2,7 +2,9 @@
 
 At start it reads SWARM_EVENTS from the first message (an ordered consumer), folding ideas,
 RunSpecs, results, decisions and champion changes into the state without acting, so a restarted
-ladder knows everything it already did. Once it has caught up with the stream as it was at start,
+ladder knows everything it already did. With a snapshot of that state (snapshot.py, written
+every `snapshot_interval_s` and at stop) it starts from the snapshot and reads only the events
+after it. Once it has caught up with the stream as it was at start,
 it acts after every burst of events: RunSpecs go to the work queue (and the event stream),
 Decisions and ChampionChanges to the event stream, champion sources to the champion store first.
 Publishing retries until it succeeds: ids are deterministic, so a retry never duplicates.
@@ -16,7 +18,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -26,7 +30,8 @@ from bus.champion_store import ChampionStore
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
 from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
 from bus.replay import Replay, replay_events
-from bus.subjects import LADDER_CONTROL_SUBJECT
+from bus.subjects import EVENTS_STREAM, LADDER_CONTROL_SUBJECT
+from scale_ladder import snapshot
 from scale_ladder.ladder import Ladder, LadderRefusal
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,8 @@ class LadderOptions:
     # end; stopping when the ledger counted that many results overshot by the runs that ended
     # between two looks (40% with instant synthetic runs).
     max_specs: int = 0
+    snapshot_path: Path | None = None  # where its state is kept between starts; None: nowhere
+    snapshot_interval_s: float = 60.0
 
 
 class LadderService:
@@ -61,15 +68,23 @@ class LadderService:
         self._stop = asyncio.Event()
         self._specs: set[str] = set()  # run ids of the RunSpecs in the stream (with max_specs)
         self._held: set[str] = set()  # RunSpecs past max_specs: made by the ladder, never sent
+        self._folded = 0  # the last stream sequence folded in
+        self._stream = ""  # when the event stream was created (a snapshot names it)
+        # Messages it made that the stream may not have (the state has them): given up on at a
+        # stop, or a publish under way (cut short by a cancel). No snapshot then.
+        self._gave_up = False
+        self._publishing = False
+        self._snapshot_at = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
         self._stop = stop
+        after = await self._restore()
         replay = await replay_events(
-            self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive
+            self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive, after
         )
         start_seq = replay.start_seq
         control = await self.nc.subscribe(LADDER_CONTROL_SUBJECT, cb=self._control)
-        if start_seq == 0:
+        if start_seq <= after:
             self.caught_up.set()
         requeue = asyncio.ensure_future(self._requeue_lost())
         await self._announce(AgentEventKind.JOINED, f"replaying {start_seq} events")
@@ -90,12 +105,48 @@ class LadderService:
                     self._fold(*self._inbox.get_nowait(), replay)
                 if self.caught_up.is_set():
                     await self._act()
+                    self._snapshot_if_due()
             stopper.cancel()
         finally:
             requeue.cancel()
+            self._snapshot_if_due(now=True)
             await self._announce(AgentEventKind.LEFT, f"{len(self.ladder.ideas)} ideas seen")
             for sub in (replay.subscription, control):
                 await _quietly_unsubscribe(sub)
+
+    async def _restore(self) -> int:
+        """The ladder's state from its snapshot, if there is one it can use: the sequence it
+        was folded up to (0: replay everything)."""
+        path = self.options.snapshot_path
+        if path is None:
+            return 0
+        info = await self.js.stream_info(EVENTS_STREAM)
+        self._stream = str(info.created)
+        found = snapshot.load(path, self.ladder, self._stream, info.state.last_seq)
+        if found is None:
+            return 0
+        self.ladder, self._specs, self._folded = found.ladder, set(found.specs), found.seq
+        log.info("ladder state from its snapshot at event %d of %d", found.seq, info.state.last_seq)
+        return found.seq
+
+    def _snapshot_if_due(self, now: bool = False) -> None:
+        """Write the state, if every message it made is in the stream: RunSpecs held at the
+        experiment limit (never sent, made again by a later start with a higher limit), messages
+        given up on at a stop and a publish cut short exist in the state only, and a snapshot
+        would keep them from ever being sent."""
+        path = self.options.snapshot_path
+        due = now or time.monotonic() - self._snapshot_at >= self.options.snapshot_interval_s
+        unsent = self._held or self._gave_up or self._publishing
+        if path is None or not due or not self.caught_up.is_set() or unsent:
+            return
+        self._snapshot_at = time.monotonic()
+        try:
+            found = snapshot.Snapshot(
+                self.ladder, self._folded, frozenset(self._specs), self._stream
+            )
+            snapshot.save(path, found)
+        except Exception as exc:  # a full disk: the next start replays more, nothing is lost
+            log.warning("could not write the ladder snapshot %s: %s", path, exc)
 
     async def _requeue_lost(self) -> None:
         """Once caught up, put back the jobs of runs that have no result and are not on the
@@ -129,6 +180,7 @@ class LadderService:
         await self._inbox.put((message, seq))  # folded in the main loop, which then acts
 
     def _fold(self, message: Message | None, seq: int, replay: Replay) -> None:
+        self._folded = max(self._folded, seq)
         if isinstance(message, RunSpec) and self.options.max_specs:
             self._specs.add(message.run_id)
         if message is not None:
@@ -170,6 +222,7 @@ class LadderService:
         then every event in the order the ladder made them (the connection writes them in call
         order, so the stream keeps it). A champion change is a barrier: its store writes and
         event go out alone, after everything before it."""
+        self._publishing = True
         batch: list[Message] = []
         for message in messages:
             if isinstance(message, ChampionChange):
@@ -179,6 +232,7 @@ class LadderService:
             else:
                 batch.append(message)
         await self._pipelined(batch)
+        self._publishing = False
 
     async def _pipelined(self, messages: list[Message]) -> None:
         specs = [m for m in messages if isinstance(m, RunSpec)]
@@ -208,6 +262,7 @@ class LadderService:
                 log.warning("publishing %s failed (%s); retrying", message.event_id, exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), RETRY_S)
+        self._gave_up = True
         log.warning("stopping with %s unpublished", message.event_id)
 
     async def _publish_one(self, message: Message) -> None:

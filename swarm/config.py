@@ -96,6 +96,8 @@ class TrainersConfig:
 @dataclass(frozen=True, slots=True)
 class LadderConfig:
     path: str = ""  # empty: the built-in ladder for the target (swarm/config_files.py)
+    # how often the ladder writes its state (a restart reads only the events after it)
+    snapshot_interval_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,7 @@ POSITIVE = {
     "bus.connect_timeout_s",
     "ledger.batch_size",
     "ledger.snapshot_interval_s",
+    "ladder.snapshot_interval_s",
     "ledger.sql_row_cap",
     "ledger.sql_timeout_s",
     "status.interval_s",

@@ -108,6 +108,8 @@ async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:
         options = LadderOptions(
             max_message_bytes=config.bus.max_payload_bytes,
             max_specs=config.limits.max_experiments,
+            snapshot_path=workspace.run_dir / "ladder.snapshot",
+            snapshot_interval_s=config.ladder.snapshot_interval_s,
         )
         await LadderService(nc, ladder, options).run(stop)
     finally:
