@@ -6,10 +6,11 @@ The ladder process writes its state, with the stream sequence it has folded up t
 in the workspace's run folder from time to time and when it stops; at start it loads the file
 and replays only the events after that sequence. What it holds:
 
-- a header line (JSON): the snapshot format, the message schema version, the sequence and
-  when the event stream was created (a stream made anew, its sequences restarting, is another
-  history);
-- the pickled state and the service's own count of the RunSpecs in the stream.
+- a header line (JSON): the snapshot format, the message schema version, the sequence, when
+  the event stream was created (a stream made anew, its sequences restarting, is another
+  history) and a digest of the seed secret (the secret itself stays in its own file);
+- the pickled state, less the secret, and the service's own count of the RunSpecs in the
+  stream.
 
 It is a cache, never the record: the stream and the ledger are. So anything doubtful means a
 full replay, with the reason logged: no file, an unreadable or truncated one, another format or
@@ -17,12 +18,15 @@ schema version, a ladder configured differently since (tiers, recipe, target, se
 state was folded under those), or another stream than the one it was folded from. The file
 is written to a temporary name and renamed, so a kill leaves the old snapshot or the new one.
 Pickle, because the state is many nested maps of messages and a snapshot is read only by the
-process that wrote it: the file is the ladder's own (mode 0600: it holds the seed secret, and a
-pickle someone else could write would run as the ladder), and it never travels over the bus.
+process that wrote it: the file is the ladder's own (mode 0600: it holds every idea and
+result, and a pickle someone else could write would run as the ladder), and it never travels
+over the bus.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -46,7 +50,6 @@ CONFIG_FIELDS = (
     "require_approval",
     "near_duplicate_similarity",
     "fixed",
-    "seed_secret",
 )
 
 
@@ -64,10 +67,13 @@ def save(path: Path, snapshot: Snapshot) -> None:
         "schema": f"{SCHEMA_VERSION}.{SCHEMA_MINOR}",
         "seq": snapshot.seq,
         "stream": snapshot.stream,
+        "secret": _digest(snapshot.ladder.seed_secret),
     }
-    payload = pickle.dumps((snapshot.ladder, snapshot.specs), protocol=pickle.HIGHEST_PROTOCOL)
+    # The seed secret stays in its own file: the snapshot names it by a digest only.
+    state = dataclasses.replace(snapshot.ladder, seed_secret=b"")
+    payload = pickle.dumps((state, snapshot.specs), protocol=pickle.HIGHEST_PROTOCOL)
     tmp = path.with_name(f".{path.name}.tmp")
-    # Private: it holds the seed secret, and a pickle someone else could write would run as us.
+    # Private: it holds the whole state, and a pickle someone else could write would run as us.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -106,6 +112,7 @@ def _load(path: Path, configured: Ladder, stream: str, last_seq: int) -> Snapsho
                 raise _Stale(f"schema {header.get('schema')!r}, this build's is {schema}")
             ladder, specs = pickle.load(f)  # our own file, from a private folder: the docstring
         seq, made_from = int(header["seq"]), str(header.get("stream"))
+        secret = header.get("secret")
     except (FileNotFoundError, _Stale):
         raise
     except Exception as exc:  # truncated, corrupt, from a build whose classes differ
@@ -115,6 +122,13 @@ def _load(path: Path, configured: Ladder, stream: str, last_seq: int) -> Snapsho
     if not isinstance(ladder, Ladder):
         raise _Stale(f"holds a {type(ladder).__name__}, not a ladder")
     changed = [f for f in CONFIG_FIELDS if getattr(ladder, f) != getattr(configured, f)]
+    if secret != _digest(configured.seed_secret):
+        changed.append("seed secret")
     if changed:
         raise _Stale(f"the ladder's {', '.join(changed)} changed since")
+    ladder.seed_secret = configured.seed_secret
     return Snapshot(ladder, seq, frozenset(specs), stream)
+
+
+def _digest(secret: bytes) -> str:
+    return hashlib.sha256(b"research-swarm snapshot/" + secret).hexdigest()

@@ -18,6 +18,7 @@ from bus.messages import Idea, Message, RunSpec
 from bus.nats_bus import publish_event
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
+from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
 from tests.ladder_sim import make_ladder, ok_runner, patch
 
@@ -93,7 +94,7 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
 ) -> None:
     snap = tmp_path / "ladder.snapshot"
     first = await swarm_history(nc, tmp_path, snap)
-    assert snap.exists() and snap.stat().st_mode & 0o777 == 0o600  # it holds the seed secret
+    assert snap.exists() and snap.stat().st_mode & 0o777 == 0o600  # a pickle: ours alone
     folded = first.service._folded
 
     source = first.service.ladder.champions[1].source
@@ -118,7 +119,7 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
     await replayed.close()
 
 
-@pytest.mark.parametrize("spoil", ["truncate", "reconfigure"])
+@pytest.mark.parametrize("spoil", ["truncate", "reconfigure", "another secret"])
 async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     nc: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: str
 ) -> None:
@@ -128,6 +129,10 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     if spoil == "truncate":
         snap.write_bytes(snap.read_bytes()[: snap.stat().st_size // 2])
         why = "unreadable"
+    elif spoil == "another secret":  # its seeds are not the snapshot's seeds
+        ladder = make_ladder(tmp_path, seed_secret=b"another workspace's secret")
+        why = "the ladder's seed secret changed since"
+        assert snap.read_bytes().count(DEFAULT_SEED_SECRET) == 0  # the secret stays in its file
     else:
         rule = dataclasses.replace(ladder.tiers[0].rule, sigmas=3.0)
         ladder.tiers = [dataclasses.replace(ladder.tiers[0], rule=rule), *ladder.tiers[1:]]
