@@ -111,6 +111,8 @@ PERMISSIONS: dict[Role, Permissions] = {
             *events("run_spec", "decision", "champion_change", "agent_event"),
             f"$KV.{BUCKET}.>",
             *REPLAY,
+            # the event its snapshot was folded up to (scale_ladder/snapshot.py)
+            f"{API}.STREAM.MSG.GET.{EVENTS_STREAM}",
             *CHAMPION_READ,
             *JOBS_READ,
         ),

@@ -121,8 +121,9 @@ class LadderState:
     moved: dict[tuple[str, int], int] = field(default_factory=dict)
     # (idea id, version, tier) -> seeds whose runs came from an earlier version (not run here)
     carried: dict[tuple[str, int, int], set[int]] = field(default_factory=lambda: defaultdict(set))
-    # tier -> noise pooled over every champion before the current one: the racing prior
-    earlier_noise: dict[int, Noise] = field(default_factory=dict)
+    # (earlier champion, tier) -> its noise there (earlier_noise): a cache, dropped for a pair
+    # whenever a result of that champion and tier comes in
+    old_noise: dict[tuple[int, int], Noise] = field(default_factory=dict)
     # (idea looked at again, version, entry tier) -> its second look admitted there
     looked: dict[tuple[str, int, int], str] = field(default_factory=dict)
     # (idea id, version, tier) -> how it got there from the tier below: True by a spot check
@@ -187,6 +188,8 @@ class LadderState:
         ran = self.results.get((spec.idea_id, spec.champion_version, spec.tier), {}).get(spec.seed)
         if ran is None or ran.run_id != spec.run_id:
             self.unfinished[spec.run_id] = spec
+        elif spec.idea_id:  # its result is in already: a verdict may be due
+            self.dirty[spec.idea_id] = None
         self.requested[(spec.idea_id, spec.champion_version, spec.tier)].add(spec.seed)
         if not spec.idea_id:
             self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1
@@ -218,6 +221,7 @@ class LadderState:
     def _observe_result(self, result: RunResult) -> None:
         self.unfinished.pop(result.run_id, None)
         self._record_corpus(result)
+        self.old_noise.pop((result.champion_version, result.tier), None)
         slot = self.results[(result.idea_id, result.champion_version, result.tier)]
         previous = slot.get(result.seed)
         if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try
@@ -283,7 +287,6 @@ class LadderState:
         return tier == 0 or (idea_id, version, tier) in self.gated
 
     def _observe_champion(self, change: ChampionChange) -> None:
-        previous = self.current
         self.champions[change.version] = change
         if change.idea_id in self.ideas and change.kind is ChangeKind.STACK:
             self.ideas[change.idea_id].phase = Phase.DONE
@@ -292,10 +295,6 @@ class LadderState:
         if change.version == self.current and change.parent_version in self.champions:
             self._carry_ideas(change)
         if change.version == self.current:
-            if previous:  # the champion it replaces has said all it will about each tier's noise
-                for tier in self.tiers:
-                    before = self.earlier_noise.get(tier.index, Noise())
-                    self.earlier_noise[tier.index] = before + self.noise_at(previous, tier.index)
             self.baselines_dirty = True
             for idea_id, state in self.ideas.items():
                 if state.phase is not Phase.DONE:
@@ -335,6 +334,7 @@ class LadderState:
             return
         key = (idea_id, version, tier)
         if run.seed not in self.results[key]:
+            self.old_noise.pop((version, tier), None)
             self.results[key][run.seed] = run
             self.carried[key].add(run.seed)
             self.requested[key].add(run.seed)
@@ -378,6 +378,7 @@ class LadderState:
         seeds = {self.seed(result.tier, i) for i in range(2 * rule.max_seeds)} if rule else set()
         if result.corpus_hash and result.seed in seeds:
             self.corpus = result.corpus_hash
+            self.old_noise.clear()  # runs on other data leave the pools now
 
     def baseline_metrics(self, version: int, tier: int) -> dict[int, float]:
         """seed -> metric of the champion's successful runs at (version, tier)."""
@@ -408,7 +409,27 @@ class LadderState:
         over every earlier champion's (a tier's seed noise outlives its champion); None: no
         estimate, so no racing yet."""
         here = self.noise_at(version, tier, exclude=idea_id).sigma
-        return here if here is not None else self.earlier_noise.get(tier, Noise()).sigma
+        return here if here is not None else self.earlier_noise(tier).sigma
+
+    def earlier_noise(self, tier: int) -> Noise:
+        """The noise at `tier` pooled over every champion before the current one: the racing
+        prior. From every result folded so far, whenever it came (a result of the old champion
+        can arrive after the change), so a replay and a snapshot pool the same."""
+        total = Noise()
+        for version in sorted(v for v in self.champions if v < self.current):
+            cached = self.old_noise.get((version, tier))
+            if cached is None:
+                cached = self.old_noise[(version, tier)] = self.noise_at(version, tier)
+            total += cached
+        return total
+
+    def wake(self) -> None:
+        """Look at every idea in play and every tier's baseline at the next act, as after a full
+        replay (a state restored from a snapshot: an idea a kill left waiting is decided)."""
+        self.baselines_dirty = True
+        for idea_id, state in self.ideas.items():
+            if state.phase is not Phase.DONE:
+                self.dirty[idea_id] = None
 
     def rejected_at(self, idea_id: str) -> tuple[int, int, str, bool] | None:
         """(version, tier, patch, rejected by the rules there) of an idea: where a second look

@@ -27,12 +27,14 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from bus.champion_store import ChampionStore
+from bus.codec import decode
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
 from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
 from bus.replay import Replay, replay_events
 from bus.subjects import EVENTS_STREAM, LADDER_CONTROL_SUBJECT
 from scale_ladder import snapshot
 from scale_ladder.ladder import Ladder, LadderRefusal
+from scale_ladder.ladder_state import seen_key
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +76,14 @@ class LadderService:
         # stop, or a publish under way (cut short by a cancel). No snapshot then.
         self._gave_up = False
         self._publishing = False
+        self._echoes: set[str] = set()  # events it published, not yet read back from the stream
+        self._checkpoint: tuple[int, str] | None = None  # the last event folded in, by seq
         self._snapshot_at = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
         self._stop = stop
         after = await self._restore()
-        replay = await replay_events(
+        replay = self._replay = await replay_events(
             self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive, after
         )
         start_seq = replay.start_seq
@@ -104,12 +108,12 @@ class LadderService:
                 while not self._inbox.empty():
                     self._fold(*self._inbox.get_nowait(), replay)
                 if self.caught_up.is_set():
+                    self._snapshot_if_due()  # before acting: its last publishes are back
                     await self._act()
-                    self._snapshot_if_due()
             stopper.cancel()
+            await self._last_snapshot()
         finally:
             requeue.cancel()
-            self._snapshot_if_due(now=True)
             await self._announce(AgentEventKind.LEFT, f"{len(self.ladder.ideas)} ideas seen")
             for sub in (replay.subscription, control):
                 await _quietly_unsubscribe(sub)
@@ -122,28 +126,56 @@ class LadderService:
             return 0
         info = await self.js.stream_info(EVENTS_STREAM)
         self._stream = str(info.created)
-        found = snapshot.load(path, self.ladder, self._stream, info.state.last_seq)
-        if found is None:
+        try:
+            found = snapshot.load(path, self.ladder, self._stream, info.state.last_seq)
+            if await self._event_at(found.seq) != found.event:
+                raise snapshot.Stale(f"the stream no longer holds its event {found.seq}")
+        except FileNotFoundError:
             return 0
-        self.ladder, self._specs, self._folded = found.ladder, set(found.specs), found.seq
+        except snapshot.Stale as why:
+            log.warning("ladder snapshot %s not used, replaying the whole stream: %s", path, why)
+            return 0
+        self.ladder, self._specs = found.ladder, set(found.specs)
+        self._folded, self._checkpoint = found.seq, (found.seq, found.event)
+        self.ladder.wake()  # as a full replay would: what a kill left waiting is looked at
         log.info("ladder state from its snapshot at event %d of %d", found.seq, info.state.last_seq)
         return found.seq
 
-    def _snapshot_if_due(self, now: bool = False) -> None:
-        """Write the state, if every message it made is in the stream: RunSpecs held at the
-        experiment limit (never sent, made again by a later start with a higher limit), messages
-        given up on at a stop and a publish cut short exist in the state only, and a snapshot
-        would keep them from ever being sent."""
+    async def _last_snapshot(self) -> None:
+        """At a stop, once what it published last is back from the stream (a second at most)."""
+        for _ in range(20):
+            while not self._inbox.empty():
+                self._fold(*self._inbox.get_nowait(), self._replay)
+            if not self._echoes:
+                break
+            await asyncio.sleep(0.05)
+        self._snapshot_at = float("-inf")
+        self._snapshot_if_due()
+
+    async def _event_at(self, seq: int) -> str:
+        """The kind and id of the event at `seq` in the stream; "" if it holds none there."""
+        try:
+            raw = await self.js.get_msg(EVENTS_STREAM, seq)
+            message = decode(raw.data or b"", self.options.max_message_bytes)
+        except Exception:  # gone, or unreadable: not the snapshot's event
+            return ""
+        return seen_key(message.KIND, message.event_id)
+
+    def _snapshot_if_due(self) -> None:
+        """Write the state, if every message it made is in the stream, read back: RunSpecs
+        held at the experiment limit (never sent, made again by a later start with a higher
+        limit), messages given up on at a stop, a publish cut short, and a publish the server
+        acknowledged but has not delivered back (it may lose it: a crash before its disk
+        sync) exist in the state only, and a snapshot would keep them from ever being sent."""
         path = self.options.snapshot_path
-        due = now or time.monotonic() - self._snapshot_at >= self.options.snapshot_interval_s
-        unsent = self._held or self._gave_up or self._publishing
-        if path is None or not due or not self.caught_up.is_set() or unsent:
+        due = time.monotonic() - self._snapshot_at >= self.options.snapshot_interval_s
+        unsent = self._held or self._gave_up or self._publishing or self._echoes
+        if path is None or not due or not self.caught_up.is_set() or unsent or not self._checkpoint:
             return
         self._snapshot_at = time.monotonic()
+        seq, event = self._checkpoint
         try:
-            found = snapshot.Snapshot(
-                self.ladder, self._folded, frozenset(self._specs), self._stream
-            )
+            found = snapshot.Snapshot(self.ladder, seq, event, frozenset(self._specs), self._stream)
             snapshot.save(path, found)
         except Exception as exc:  # a full disk: the next start replays more, nothing is lost
             log.warning("could not write the ladder snapshot %s: %s", path, exc)
@@ -181,9 +213,13 @@ class LadderService:
 
     def _fold(self, message: Message | None, seq: int, replay: Replay) -> None:
         self._folded = max(self._folded, seq)
-        if isinstance(message, RunSpec) and self.options.max_specs:
+        # Counted with or without a limit: a later start (from a snapshot) may have one.
+        if isinstance(message, RunSpec):
             self._specs.add(message.run_id)
         if message is not None:
+            key = seen_key(message.KIND, message.event_id)
+            self._echoes.discard(key)
+            self._checkpoint = (seq, key)
             try:
                 self.ladder.observe(message)
             except Exception:  # one event must not stop the ladder (it would on every replay)
@@ -203,6 +239,7 @@ class LadderService:
         again, as after a kill between making and sending."""
         limit = self.options.max_specs
         if not limit:
+            self._specs.update(m.run_id for m in messages if isinstance(m, RunSpec))
             return messages
         kept: list[Message] = []
         for message in messages:
@@ -223,6 +260,7 @@ class LadderService:
         order, so the stream keeps it). A champion change is a barrier: its store writes and
         event go out alone, after everything before it."""
         self._publishing = True
+        self._echoes.update(seen_key(m.KIND, m.event_id) for m in messages)
         batch: list[Message] = []
         for message in messages:
             if isinstance(message, ChampionChange):

@@ -1,26 +1,27 @@
 """The ladder's folded state on disk, so a restart replays only the events after it.
 
 A ladder's state is a fold over the event stream (ladder_state.py); rebuilding it replays every
-event since the swarm began, a cost that grows with the swarm's age (~77 µs of CPU per event).
-The ladder process writes its state, with the stream sequence it has folded up to, to one file
-in the workspace's run folder from time to time and when it stops; at start it loads the file
-and replays only the events after that sequence. What it holds:
+event since the swarm began, a cost that grows with the swarm's age. The ladder process writes
+its state to one file in the workspace's run folder from time to time and when it stops; at
+start it loads the file and replays only the events after the one it was folded up to (its
+checkpoint). The file holds:
 
-- a header line (JSON): the snapshot format, the message schema version, the sequence, when
-  the event stream was created (a stream made anew, its sequences restarting, is another
-  history) and a digest of the seed secret (the secret itself stays in its own file);
-- the pickled state, less the secret, and the service's own count of the RunSpecs in the
-  stream.
+- a header line (JSON): the snapshot format, the message schema version, a digest of the state's
+  classes (their fields: a build whose state differs cannot use it), the checkpoint's stream
+  sequence and event (kind and id: the stream must still hold that event there, or it is another
+  history, or one that lost its tail), when the event stream was created, and a digest of the
+  seed secret (the secret itself stays in its own file);
+- the pickled state, less the secret, and the service's set of the RunSpecs in the stream.
 
 It is a cache, never the record: the stream and the ledger are. So anything doubtful means a
-full replay, with the reason logged: no file, an unreadable or truncated one, another format or
-schema version, a ladder configured differently since (tiers, recipe, target, seed secret: the
-state was folded under those), or another stream than the one it was folded from. The file
-is written to a temporary name and renamed, so a kill leaves the old snapshot or the new one.
-Pickle, because the state is many nested maps of messages and a snapshot is read only by the
-process that wrote it: the file is the ladder's own (mode 0600: it holds every idea and
-result, and a pickle someone else could write would run as the ladder), and it never travels
-over the bus.
+full replay, with the reason logged: no file, one not ours (another owner, readable or writable
+by others, a link), an unreadable or truncated one, another format, schema or build, a ladder
+configured differently since (tiers, recipe, target, seed secret: the state was folded under
+those), or a stream that no longer holds the checkpoint. The header is checked before anything
+is unpickled. The file is written under a fresh temporary name (O_EXCL, mode 0600) and renamed,
+so a kill leaves the old snapshot or the new one. Pickle, because the state is many nested maps
+of messages and a snapshot is read only by the process that wrote it, from its own file (a
+pickle someone else could write would run as the ladder); it never travels over the bus.
 """
 
 from __future__ import annotations
@@ -31,15 +32,23 @@ import json
 import logging
 import os
 import pickle
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from bus.messages import SCHEMA_MINOR, SCHEMA_VERSION
+from bus.messages import MESSAGE_TYPES, SCHEMA_MINOR, SCHEMA_VERSION
 from scale_ladder.ladder import Ladder
+from scale_ladder.ladder_state import IdeaState
+from scale_ladder.near_duplicates import PatchChange
+from scale_ladder.rules import Noise, PromotionRule
+from scale_ladder.spot_checks import Checks
+from scale_ladder.tiers import Tier
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 # What the state was folded under: a ladder configured otherwise decides otherwise.
 CONFIG_FIELDS = (
     "tiers",
@@ -51,84 +60,124 @@ CONFIG_FIELDS = (
     "near_duplicate_similarity",
     "fixed",
 )
+# The classes a snapshot pickles: one from a build whose classes have other fields would load
+# and fail later (a field missing from an old object).
+STATE_CLASSES = (Ladder, IdeaState, Tier, PromotionRule, Noise, Checks, PatchChange)
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     ladder: Ladder
-    seq: int  # the last stream sequence folded into it
+    seq: int  # the checkpoint: the last stream sequence folded in with a known event
+    event: str  # the checkpoint's event, as "<kind>-<event id>"
     specs: frozenset[str]  # run ids of the RunSpecs in the stream (the experiment limit's count)
     stream: str  # when the event stream it was folded from was created
+
+
+class Stale(Exception):
+    """Why a snapshot cannot stand for a full replay."""
 
 
 def save(path: Path, snapshot: Snapshot) -> None:
     header = {
         "format": FORMAT,
         "schema": f"{SCHEMA_VERSION}.{SCHEMA_MINOR}",
+        "classes": _classes_digest(),
         "seq": snapshot.seq,
+        "event": snapshot.event,
         "stream": snapshot.stream,
         "secret": _digest(snapshot.ladder.seed_secret),
     }
-    # The seed secret stays in its own file: the snapshot names it by a digest only.
     state = dataclasses.replace(snapshot.ladder, seed_secret=b"")
     payload = pickle.dumps((state, snapshot.specs), protocol=pickle.HIGHEST_PROTOCOL)
-    tmp = path.with_name(f".{path.name}.tmp")
-    # Private: it holds the whole state, and a pickle someone else could write would run as us.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(json.dumps(header).encode() + b"\n")
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load(path: Path, configured: Ladder, stream: str, last_seq: int) -> Snapshot | None:
-    """The snapshot at `path` if it can stand for a full replay of the stream created at
-    `stream`, now at `last_seq`, under `configured`'s settings; else None, with the reason
-    logged."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # O_EXCL, 0600
     try:
-        return _load(path, configured, stream, last_seq)
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(header).encode() + b"\n")
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """The snapshot's header, if there is a snapshot and it is ours; None if there is none.
+    Raises Stale for one that is not ours or not readable."""
+    try:
+        with _open_own(path) as f:
+            header = json.loads(f.readline())
     except FileNotFoundError:
         return None
-    except _Stale as why:
-        log.warning("ladder snapshot %s not used, replaying the whole stream: %s", path, why)
-        return None
-
-
-class _Stale(Exception):
-    pass
-
-
-def _load(path: Path, configured: Ladder, stream: str, last_seq: int) -> Snapshot:
-    try:
-        with open(path, "rb") as f:
-            header = json.loads(f.readline())
-            if header.get("format") != FORMAT:
-                raise _Stale(f"format {header.get('format')!r}, this build writes {FORMAT}")
-            schema = f"{SCHEMA_VERSION}.{SCHEMA_MINOR}"
-            if header.get("schema") != schema:
-                raise _Stale(f"schema {header.get('schema')!r}, this build's is {schema}")
-            ladder, specs = pickle.load(f)  # our own file, from a private folder: the docstring
-        seq, made_from = int(header["seq"]), str(header.get("stream"))
-        secret = header.get("secret")
-    except (FileNotFoundError, _Stale):
+    except Stale:
         raise
-    except Exception as exc:  # truncated, corrupt, from a build whose classes differ
-        raise _Stale(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
-    if made_from != stream or seq > last_seq:
-        raise _Stale(f"folded from another event stream (created {made_from})")
-    if not isinstance(ladder, Ladder):
-        raise _Stale(f"holds a {type(ladder).__name__}, not a ladder")
-    changed = [f for f in CONFIG_FIELDS if getattr(ladder, f) != getattr(configured, f)]
-    if secret != _digest(configured.seed_secret):
-        changed.append("seed secret")
+    except Exception as exc:  # truncated, not JSON
+        raise Stale(f"unreadable header ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(header, dict):
+        raise Stale("unreadable header")
+    return header
+
+
+def load(path: Path, configured: Ladder, stream: str, last_seq: int) -> Snapshot:
+    """The snapshot at `path`, if it can stand for a full replay of the stream created at
+    `stream`, now at `last_seq`, under `configured`'s settings; else Stale saying why (the
+    caller checks that the stream still holds its checkpoint)."""
+    header = read_header(path)
+    if header is None:
+        raise FileNotFoundError(path)
+    if header.get("format") != FORMAT:
+        raise Stale(f"format {header.get('format')!r}, this build writes {FORMAT}")
+    schema = f"{SCHEMA_VERSION}.{SCHEMA_MINOR}"
+    if header.get("schema") != schema or header.get("classes") != _classes_digest():
+        raise Stale(f"written by another build (schema {header.get('schema')!r}, this is {schema})")
+    if header.get("stream") != stream or not 0 < _int(header.get("seq")) <= last_seq:
+        raise Stale(f"folded from another event stream (created {header.get('stream')!r})")
+    if header.get("secret") != _digest(configured.seed_secret):
+        raise Stale("the ladder's seed secret changed since")
+    try:
+        with _open_own(path) as f:
+            f.readline()
+            ladder, specs = pickle.load(f)  # our own file (_open_own): see the docstring
+        if not isinstance(ladder, Ladder):
+            raise Stale(f"holds a {type(ladder).__name__}, not a ladder")
+        changed = [f for f in CONFIG_FIELDS if getattr(ladder, f) != getattr(configured, f)]
+    except Stale:
+        raise
+    except Exception as exc:  # truncated, corrupt
+        raise Stale(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
     if changed:
-        raise _Stale(f"the ladder's {', '.join(changed)} changed since")
+        raise Stale(f"the ladder's {', '.join(changed)} changed since")
     ladder.seed_secret = configured.seed_secret
-    return Snapshot(ladder, seq, frozenset(specs), stream)
+    return Snapshot(ladder, _int(header["seq"]), str(header.get("event")), frozenset(specs), stream)
+
+
+def _open_own(path: Path) -> Any:
+    """The file, opened without following a link, if this user owns it and no one else may
+    read or write it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise Stale(f"cannot be opened as a plain file ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        os.close(fd)
+        raise Stale("not a private file of this user (owner, mode or type)")
+    return os.fdopen(fd, "rb")
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
 def _digest(secret: bytes) -> str:
     return hashlib.sha256(b"research-swarm snapshot/" + secret).hexdigest()
+
+
+def _classes_digest() -> str:
+    classes = (*STATE_CLASSES, *MESSAGE_TYPES.values())
+    names = [(c.__qualname__, [f.name for f in dataclasses.fields(c)]) for c in classes]
+    return hashlib.sha256(repr(names).encode()).hexdigest()[:16]

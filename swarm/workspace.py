@@ -94,6 +94,9 @@ class Workspace:
             self.logs_dir,
         ):
             folder.mkdir(parents=True, exist_ok=True)
+        # The run folder holds the seed secret, the bus credentials and the ladder's snapshot
+        # (a pickle it loads): its own user's alone.
+        os.chmod(self.run_dir, 0o700)
 
     def write_bus_settings(self, settings: BusSettings, per_role: bool = False) -> None:
         write_private(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -34,8 +35,9 @@ def state_of(ladder: Ladder) -> dict[str, object]:
 
 
 class Running:
-    def __init__(self, nc: Client, ladder: Ladder, path: Path | None) -> None:
-        self.service = LadderService(nc, ladder, LadderOptions(snapshot_path=path))
+    def __init__(self, nc: Client, ladder: Ladder, path: Path | None, limit: int = 0) -> None:
+        options = LadderOptions(snapshot_path=path, max_specs=limit)
+        self.service = LadderService(nc, ladder, options)
         self.seqs: list[int] = []
         receive = self.service._receive
 
@@ -95,7 +97,7 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
     snap = tmp_path / "ladder.snapshot"
     first = await swarm_history(nc, tmp_path, snap)
     assert snap.exists() and snap.stat().st_mode & 0o777 == 0o600  # a pickle: ours alone
-    folded = first.service._folded
+    folded = json.loads(snap.read_bytes().split(b"\n")[0])["seq"]
 
     source = first.service.ladder.champions[1].source
     late = Idea("idea-late", "tester", "h", patch("LR = 1.0", "LR = 2.5", source), 1)
@@ -145,3 +147,89 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     assert why in caplog.text and "replaying the whole stream" in caplog.text
     assert min(again.seqs) == 1
     assert set(again.service.ladder.ideas) == set(first.service.ladder.ideas)
+
+
+async def test_an_idea_a_kill_left_waiting_is_decided_after_a_restart(
+    nc: Client, tmp_path: Path
+) -> None:
+    """Killed between queueing a job and publishing its RunSpec, the ladder leaves the stream
+    an idea and its run's result but no RunSpec. A full replay looks at every idea and decides
+    it; a start from the snapshot must too, or no start ever would."""
+    snap = tmp_path / "ladder.snapshot"
+    first = await swarm_history(nc, tmp_path, snap)
+    ladder = first.service.ladder
+    v, source = ladder.current, ladder.champions[ladder.current].source
+    old = next(line for line in source.splitlines() if line.startswith("WD = "))
+    idea = Idea("idea-x", "tester", "h", patch(old, "WD = 0.12", source), v)
+    await publish_event(nc.jetstream(), idea)
+    seed = ladder.seed(0, 0)
+    spec = ladder.tiers[0].run_spec(
+        f"run-idea-x-v{v}-t0-s{seed}", seed, v, "idea-x", idea.patch, ladder.target, ladder.corpus
+    )
+    await publish_event(nc.jetstream(), result_of(ladder, spec))  # the trainer ran the job
+    again = Running(nc, make_ladder(tmp_path), snap)
+    await again.caught_up()
+    await again.run_all(nc)
+    await again.close()
+    decided = [k for k in again.service.ladder.seen if k.startswith("decision-dec-idea-x-")]
+    assert decided  # a verdict (WD 0.12 is a small loss: rejected, or retested first)
+
+
+async def test_a_start_without_a_limit_keeps_the_count_a_later_limit_needs(
+    nc: Client, tmp_path: Path
+) -> None:
+    """`--max-experiments N` counts every RunSpec the workspace holds, those made by a start
+    that had no limit too: a later limited start from its snapshot sends no more than N."""
+    snap = tmp_path / "ladder.snapshot"
+    first = await swarm_history(nc, tmp_path, snap)
+    made = len(first.service._specs)
+    assert made > 0
+    limited = Running(nc, make_ladder(tmp_path), snap, limit=made)
+    await limited.caught_up()
+    source = limited.service.ladder.champions[limited.service.ladder.current].source
+    more = Idea("idea-more", "tester", "h", patch("WD = 0.1", "WD = 0.05", source), 0)
+    await publish_event(nc.jetstream(), dataclasses.replace(more, champion_version=1))
+    await asyncio.sleep(1.0)
+    await limited.close()
+    specs = [s for s in limited.service.ladder.unfinished if "idea-more" in s]
+    assert len(limited.service._specs) == made and limited.service._held >= set(specs)
+
+
+def test_the_racing_prior_is_the_same_whenever_an_old_champions_result_came(
+    tmp_path: Path,
+) -> None:
+    """A result of a champion that was just replaced can reach the stream after the change (the
+    ladder publishes the change after writing the champion store). Its noise counts in the
+    prior either way, so a ladder that saw the change first (live, and its snapshot) and one
+    that replays the stream's order pool the same."""
+    from tests.ladder_sim import started
+
+    sim = started(make_ladder(tmp_path))
+    for name, change in {"a": "LR = 1.0->LR = 1.3", "b": "WD = 0.1->WD = 0.2"}.items():
+        sim.propose(f"idea-{name}", change)
+    second = sim.ladder.seed(0, 1)  # idea-b's second seed ends late: a pair for the pool
+
+    def held(spec: RunSpec) -> bool:
+        return spec.idea_id == "idea-b" and spec.seed == second
+
+    sim.run_all(hold=held)
+    late = [s for s in sim.queue if held(s)]
+    sim.propose("idea-win", "LR = 1.0->LR = 3.0")
+    sim.run_all(hold=held)
+    assert sim.ladder.current > 1 and late
+    for spec in late:  # idea-b's v1 runs end after v2 was made
+        sim.run(spec)
+    live = [sim.ladder.earlier_noise(t.index) for t in sim.ladder.tiers]
+    replayed = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source)
+    log = list(sim.log)
+    changes = [m for m in log if getattr(m, "KIND", "") == "champion_change" and m.version > 1]
+    tail = [m for m in log if getattr(m, "run_id", "") in {s.run_id for s in late}]
+    reordered = [m for m in log if m not in tail]
+    cut = reordered.index(changes[0])
+    for message in [*reordered[:cut], *tail, *reordered[cut:]]:
+        replayed.observe(message)
+    assert [replayed.earlier_noise(t.index) for t in replayed.tiers] == live
+    without = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source)
+    for message in reordered:  # the late runs make a difference to the pool
+        without.observe(message)
+    assert [without.earlier_noise(t.index) for t in without.tiers] != live
