@@ -121,7 +121,18 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
     await replayed.close()
 
 
-@pytest.mark.parametrize("spoil", ["truncate", "reconfigure", "another secret"])
+SPOILS = [
+    "truncate",
+    "reconfigure",
+    "another secret",
+    "event gone",
+    "another build",
+    "readable by others",
+    "a link",
+]
+
+
+@pytest.mark.parametrize("spoil", SPOILS)
 async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     nc: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: str
 ) -> None:
@@ -131,6 +142,23 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     if spoil == "truncate":
         snap.write_bytes(snap.read_bytes()[: snap.stat().st_size // 2])
         why = "unreadable"
+    elif spoil == "event gone":  # the stream lost its tail (a crash before its disk sync)
+        header = json.loads(snap.read_bytes().split(b"\n")[0])
+        await nc.jetstream().delete_msg("SWARM_EVENTS", header["seq"])
+        why = f"the stream no longer holds its event {header['seq']}"
+    elif spoil == "another build":  # its state's classes had other fields
+        head, _, body = snap.read_bytes().partition(b"\n")
+        header = json.loads(head)
+        snap.write_bytes(json.dumps({**header, "classes": "0" * 16}).encode() + b"\n" + body)
+        why = "written by another build"
+    elif spoil == "readable by others":
+        snap.chmod(0o644)
+        why = "not a private file of this user"
+    elif spoil == "a link":  # the pickle is not the ladder's own file
+        target = tmp_path / "elsewhere"
+        snap.rename(target)
+        snap.symlink_to(target)
+        why = "cannot be opened as a plain file"
     elif spoil == "another secret":  # its seeds are not the snapshot's seeds
         ladder = make_ladder(tmp_path, seed_secret=b"another workspace's secret")
         why = "the ladder's seed secret changed since"
