@@ -164,7 +164,9 @@ class LedgerService:
             if msg.subject != f"{PREFIX}.events.{message.KIND}":
                 raise CodecError(f"a {message.KIND} message on subject {msg.subject}")
             if decoded.unknown:  # a newer host's fields: kept beside the row
-                newer[(message.KIND, message.event_id)] = (decoded.minor, decoded.unknown)
+                # the first copy's, as the row is the first copy's (LedgerStore._write)
+                row = (message.KIND, message.event_id)
+                newer.setdefault(row, (decoded.minor, decoded.unknown))
             return message
         except CodecError as exc:
             # Keyed by stream sequence, so a redelivered bad event stays one dead letter.

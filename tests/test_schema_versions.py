@@ -14,6 +14,7 @@ import dataclasses
 import json
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import duckdb
@@ -171,3 +172,16 @@ def test_a_copy_under_a_stored_events_id_adds_no_fields_to_it(tmp_path: Path) ->
     store.close()
     assert rows == [(first.idea_id, '{"energy_joules": 1.0}')]
     assert authors[victim.idea_id] == victim.author
+
+
+async def test_of_two_copies_in_one_batch_the_first_ones_fields_are_kept(
+    nc: Client, ledger: LedgerService
+) -> None:
+    """The ledger stores the first copy of an event in a batch, so it keeps that copy's newer
+    fields too, not a later copy's (another sender's, under the same id)."""
+    idea = make_idea(9)
+    newer: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+    for seq, fields in ((1, {"energy_joules": 1.0}), (2, {"owner": "mallory"})):
+        copy = SimpleNamespace(subject="swarm.events.idea", data=as_newer(idea, **fields))
+        ledger._decode_or_dead_letter(copy, seq, newer)  # type: ignore[arg-type]
+    assert newer == {("idea", idea.event_id): (SCHEMA_MINOR + 1, {"energy_joules": 1.0})}
