@@ -23,7 +23,6 @@ from swarm.config import (
     ConfigError,
     SwarmConfig,
     dump_config,
-    load_config,
     parse_config,
     with_overrides,
 )
@@ -416,7 +415,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         await _status(config, workspace)
     elif args.command == "audit":
         if args.config is None and (workspace.run_dir / "swarm.toml").exists():
-            config = load_config(workspace.run_dir / "swarm.toml")  # the one it last ran with
+            # the config it last ran with
+            config = config_files.recorded_config(workspace.run_dir / "swarm.toml")
         return _audit(config, workspace, args.drained)
     elif args.command == "sql":
         await _sql(args, config, workspace)

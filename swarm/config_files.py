@@ -93,6 +93,19 @@ def with_defaults(config: SwarmConfig, config_file: Path, cwd: Path) -> SwarmCon
     return config
 
 
+def recorded_config(path: Path) -> SwarmConfig:
+    """The config a workspace recorded (`run/swarm.toml`). It names the built-in files by their
+    paths in the install that ran it; one that no longer exists there (the swarm was
+    reinstalled or upgraded elsewhere since) is this install's built-in file."""
+    config = load_config(path)
+    for (section, key), name in DEFAULT_FILES.items():
+        value = Path(getattr(getattr(config, section), key) or ".")
+        named = value.name == name(config.target.kind) and value.parent.name == BUILT_IN.name
+        if named and not value.exists():
+            config = with_overrides(config, section, **{key: ""})
+    return config
+
+
 def built_in(config: SwarmConfig, section: str, key: str) -> Path:
     """The path a key names, or its built-in file when it is empty."""
     value = getattr(getattr(config, section), key)
