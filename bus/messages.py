@@ -28,6 +28,13 @@ SCHEMA_VERSION = 1
 SCHEMA_MINOR = 1
 
 
+def event_key(kind: str, event_id: str) -> str:
+    """An event's id with its kind: unique across kinds (an idea's id is a researcher's choice
+    and could equal another kind's). JetStream's `Nats-Msg-Id`, the ledger's dead-letter key,
+    the ladder's memory of what it has folded."""
+    return f"{kind}-{event_id}"
+
+
 def new_id(prefix: str) -> str:
     """A short unique id that says what it names, e.g. `idea-3f2a…`."""
     return f"{prefix}-{uuid.uuid4().hex[:16]}"

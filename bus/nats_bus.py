@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from bus.codec import encode
-from bus.messages import Message, RunSpec, new_id
+from bus.messages import Message, RunSpec, event_key, new_id
 from bus.subjects import JOBS_STREAM, JOBS_SUBJECTS, event_subject, job_subject
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,7 @@ async def publish_event(js: JetStreamContext, message: Message, timeout: float =
         event_subject(message),
         encode(message),
         timeout=timeout,
-        # by kind too: an idea id is chosen by a researcher and may equal another kind's id
-        headers={"Nats-Msg-Id": f"{message.KIND}-{message.event_id}"},
+        headers={"Nats-Msg-Id": event_key(message.KIND, message.event_id)},
     )
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bus.dead_letters import dead_letter
-from bus.messages import DeadLetter, Message
+from bus.messages import DeadLetter, Message, event_key
 from ledger.migrations import migrate
 from ledger.schema import TABLES, Column, Table, run_stats_upsert
 
@@ -103,7 +103,7 @@ class LedgerStore:
                 self._write([(message, seq)])
             except ROW_ERRORS as exc:
                 raw = json.dumps(_row(message, TABLES[message.KIND].columns), default=str)
-                key = f"{message.KIND}-{message.event_id}"
+                key = event_key(message.KIND, message.event_id)
                 subject = f"ledger/{message.KIND}"
                 reason = f"cannot store: {exc}"
                 refused.append(dead_letter(subject, raw.encode(), reason, "ledger", key=key))

@@ -37,6 +37,7 @@ from bus.messages import (
     RunSpec,
     RunStatus,
     Verdict,
+    event_key,
 )
 from scale_ladder.admission import MAX_HYPOTHESIS_CHARS, NotAdmitted, patched_source, rebase
 from scale_ladder.ladder_state import (
@@ -45,7 +46,6 @@ from scale_ladder.ladder_state import (
     LadderRefusal,
     LadderState,
     Phase,
-    seen_key,
 )
 from scale_ladder.near_duplicates import nearest, patch_change
 from scale_ladder.rules import (
@@ -360,7 +360,7 @@ class Ladder(LadderState):
         """Say, once per champion and tier, that the tier is held because its baseline ignores
         the seed. Its ideas wait (rules.decide answers HELD for them); no idea is named."""
         decision_id = f"dec-{SEED_IGNORED.replace('_', '-')}-v{version}-t{tier}"
-        if seen_key(Decision.KIND, decision_id) in self.seen:
+        if event_key(Decision.KIND, decision_id) in self.seen:
             return
         metrics = self.baseline_metrics(version, tier)
         seeds = seed_ignored(metrics)

@@ -35,6 +35,7 @@ from bus.messages import (
     RunSpec,
     RunStatus,
     Verdict,
+    event_key,
     is_spot_check,
 )
 from scale_ladder.admission import NotAdmitted, patched_source, rebase
@@ -45,11 +46,6 @@ from scale_ladder.spot_checks import Checks
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
 BASELINE_ATTEMPTS = 3  # a baseline seed that fails this often is left out of the pairs
-
-
-def seen_key(kind: str, event_id: str) -> str:
-    """How the fold remembers an event it has seen: by its kind and id."""
-    return f"{kind}-{event_id}"
 
 
 class Phase(enum.StrEnum):
@@ -165,7 +161,7 @@ class LadderState:
     def observe(self, message: Message) -> None:
         # Keyed by kind too: an idea named like one of the ladder's own decisions (ids are
         # chosen by researchers) must not make the ladder drop that decision.
-        key = seen_key(message.KIND, message.event_id)
+        key = event_key(message.KIND, message.event_id)
         if key in self.seen:
             return
         self.seen.add(key)

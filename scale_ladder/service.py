@@ -28,13 +28,20 @@ from nats.aio.subscription import Subscription
 
 from bus.champion_store import ChampionStore
 from bus.codec import decode
-from bus.messages import AgentEvent, AgentEventKind, ChampionChange, Message, RunSpec, new_id
+from bus.messages import (
+    AgentEvent,
+    AgentEventKind,
+    ChampionChange,
+    Message,
+    RunSpec,
+    event_key,
+    new_id,
+)
 from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
 from bus.replay import Replay, replay_events
 from bus.subjects import EVENTS_STREAM, LADDER_CONTROL_SUBJECT
 from scale_ladder import snapshot
 from scale_ladder.ladder import Ladder, LadderRefusal
-from scale_ladder.ladder_state import seen_key
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +77,6 @@ class LadderService:
         self._stop = asyncio.Event()
         self._specs: set[str] = set()  # run ids of the RunSpecs in the stream (with max_specs)
         self._held: set[str] = set()  # RunSpecs past max_specs: made by the ladder, never sent
-        self._folded = 0  # the last stream sequence folded in
         self._stream = ""  # when the event stream was created (a snapshot names it)
         # Messages it made that the stream may not have (the state has them): given up on at a
         # stop, or a publish under way (cut short by a cancel). No snapshot then.
@@ -136,7 +142,7 @@ class LadderService:
             log.warning("ladder snapshot %s not used, replaying the whole stream: %s", path, why)
             return 0
         self.ladder, self._specs = found.ladder, set(found.specs)
-        self._folded, self._checkpoint = found.seq, (found.seq, found.event)
+        self._checkpoint = (found.seq, found.event)
         self.ladder.wake()  # as a full replay would: what a kill left waiting is looked at
         log.info("ladder state from its snapshot at event %d of %d", found.seq, info.state.last_seq)
         return found.seq
@@ -159,7 +165,7 @@ class LadderService:
             message = decode(raw.data or b"", self.options.max_message_bytes)
         except Exception:  # gone, or unreadable: not the snapshot's event
             return ""
-        return seen_key(message.KIND, message.event_id)
+        return event_key(message.KIND, message.event_id)
 
     def _snapshot_if_due(self) -> None:
         """Write the state, if every message it made is in the stream, read back: RunSpecs
@@ -212,12 +218,11 @@ class LadderService:
         await self._inbox.put((message, seq))  # folded in the main loop, which then acts
 
     def _fold(self, message: Message | None, seq: int, replay: Replay) -> None:
-        self._folded = max(self._folded, seq)
         # Counted with or without a limit: a later start (from a snapshot) may have one.
         if isinstance(message, RunSpec):
             self._specs.add(message.run_id)
         if message is not None:
-            key = seen_key(message.KIND, message.event_id)
+            key = event_key(message.KIND, message.event_id)
             self._echoes.discard(key)
             self._checkpoint = (seq, key)
             try:
@@ -260,7 +265,7 @@ class LadderService:
         order, so the stream keeps it). A champion change is a barrier: its store writes and
         event go out alone, after everything before it."""
         self._publishing = True
-        self._echoes.update(seen_key(m.KIND, m.event_id) for m in messages)
+        self._echoes.update(event_key(m.KIND, m.event_id) for m in messages)
         batch: list[Message] = []
         for message in messages:
             if isinstance(message, ChampionChange):
