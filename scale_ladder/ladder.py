@@ -184,10 +184,9 @@ class Ladder(LadderState):
             )
             return True
         threshold = self.near_duplicate_similarity
-        earlier_changes = self.changes.get(self.current, [])
-        near = nearest(
-            patch_change(champion, source), earlier_changes, threshold, exclude=state.idea.idea_id
-        )
+        change = patch_change(champion, source)
+        earlier_changes = self.changes.get((self.current, change.values), [])
+        near = nearest(change, earlier_changes, threshold, exclude=state.idea.idea_id)
         if near is None:
             return False
         similarity = round(near.similarity, 4)
@@ -256,7 +255,7 @@ class Ladder(LadderState):
         key = (state.idea.idea_id, state.version, state.tier)
         idea = {s: r.metric for s, r in self.results[key].items() if r.metric is not None}
         sigma = self.sigma_for(state.version, state.tier, key[0])
-        peers = [g for i, g in self.gains[(state.version, state.tier)].items() if i != key[0]]
+        peers = self.peer_gains(key[0], state.version, state.tier)
         # The whole tier's baseline, not just the pairs: rules.decide holds an idea when it
         # ignores the seed, whichever seeds the idea has (the pairs are the seeds in both).
         baseline = self.baseline_metrics(state.version, state.tier)
@@ -333,9 +332,7 @@ class Ladder(LadderState):
         the tier's `max_seeds` seeds, then the hold is published (see the module's docstring)."""
         version = self.current
         for tier in self.tiers:
-            needed: set[int] = set()
-            for idea_id in self.tested_at[(version, tier.index)]:
-                needed |= self.requested[(idea_id, version, tier.index)]
+            needed = set(self.seeds_needed.get((version, tier.index), ()))
             if tier.index == 0 or needed:
                 needed.add(self.seed(tier.index, 0))
                 if seed_ignored(self.baseline_metrics(version, tier.index)):

@@ -17,6 +17,7 @@ metric: LADDER-NOTES, baseline drift):
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import enum
 from collections import defaultdict
@@ -40,6 +41,7 @@ from bus.messages import (
 )
 from scale_ladder.admission import NotAdmitted, patched_source, rebase
 from scale_ladder.near_duplicates import PatchChange, patch_change
+from scale_ladder.noise_pool import NoisePool
 from scale_ladder.rules import Evidence, Noise, noise, paired_gains
 from scale_ladder.seeds import DEFAULT_SEED_SECRET, tier_seed
 from scale_ladder.spot_checks import Checks
@@ -97,6 +99,8 @@ class LadderState:
     tested_at: dict[tuple[int, int], dict[str, None]] = field(
         default_factory=lambda: defaultdict(dict)
     )
+    # (version, tier) -> every seed requested there by those ideas: the seeds its baseline needs
+    seeds_needed: dict[tuple[int, int], set[int]] = field(default_factory=lambda: defaultdict(set))
     # (version, tier, seed) -> baseline RunSpecs made / their results in
     baseline_tries: dict[tuple[int, int, int], int] = field(
         default_factory=lambda: defaultdict(int)
@@ -105,21 +109,25 @@ class LadderState:
         default_factory=lambda: defaultdict(int)
     )
     fingerprints: dict[tuple[int, str], str] = field(default_factory=dict)  # -> first idea id
-    # version -> (idea id, normalised change) of each idea's first RunSpec there, in spec order
-    changes: dict[int, list[tuple[str, PatchChange]]] = field(
+    # (version, the change's values) -> (idea id, normalised change) of each idea's first
+    # RunSpec there, in spec order: near-duplicates share their values (near_duplicates.py), so
+    # a new idea is compared with those only, not with every idea tried on the champion
+    changes: dict[tuple[int, tuple[str, ...]], list[tuple[str, PatchChange]]] = field(
         default_factory=lambda: defaultdict(list)
     )
     # (version, tier) -> mean gain of each idea the rules decided there (the rank gate's peers)
     gains: dict[tuple[int, int], dict[str, float]] = field(
         default_factory=lambda: defaultdict(dict)
     )
+    ranked: dict[tuple[int, int], list[float]] = field(default_factory=lambda: defaultdict(list))
     # (idea id, version) -> the newer version it was carried to with its recipe unchanged
     moved: dict[tuple[str, int], int] = field(default_factory=dict)
     # (idea id, version, tier) -> seeds whose runs came from an earlier version (not run here)
     carried: dict[tuple[str, int, int], set[int]] = field(default_factory=lambda: defaultdict(set))
-    # (earlier champion, tier) -> its noise there (earlier_noise): a cache, dropped for a pair
-    # whenever a result of that champion and tier comes in
-    old_noise: dict[tuple[int, int], Noise] = field(default_factory=dict)
+    # (champion, tier) -> the noise of the ideas run there, kept up to date by _touch (a cache:
+    # noise_pool.py), and tier -> (current champion, noise pooled over every earlier one)
+    pools: dict[tuple[int, int], NoisePool] = field(default_factory=dict)
+    earlier: dict[int, tuple[int, Noise]] = field(default_factory=dict)
     # (idea looked at again, version, entry tier) -> its second look admitted there
     looked: dict[tuple[str, int, int], str] = field(default_factory=dict)
     # (idea id, version, tier) -> how it got there from the tier below: True by a spot check
@@ -190,7 +198,7 @@ class LadderState:
         if not spec.idea_id:
             self.baseline_tries[(spec.champion_version, spec.tier, spec.seed)] += 1
             return
-        self.tested_at[(spec.champion_version, spec.tier)][spec.idea_id] = None
+        self._tested(spec.idea_id, spec.champion_version, spec.tier)
         self.baselines_dirty = True  # the baseline may need this seed too
         state = self.ideas.get(spec.idea_id)
         if state is None or spec.champion_version < state.version:
@@ -212,12 +220,12 @@ class LadderState:
         self.fingerprints.setdefault((champion.version, fingerprint(recipe)), idea_id)
         change = patch_change(champion.source, recipe)
         if change:
-            self.changes[champion.version].append((idea_id, change))
+            self.changes[(champion.version, change.values)].append((idea_id, change))
 
     def _observe_result(self, result: RunResult) -> None:
         self.unfinished.pop(result.run_id, None)
         self._record_corpus(result)
-        self.old_noise.pop((result.champion_version, result.tier), None)
+        self._touch(result.idea_id, result.champion_version, result.tier)
         slot = self.results[(result.idea_id, result.champion_version, result.tier)]
         previous = slot.get(result.seed)
         if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try
@@ -243,8 +251,7 @@ class LadderState:
         if by_rules and verdict in (Verdict.PROMOTE, Verdict.REJECT):
             self._count_check(decision)
         if by_rules and verdict in (Verdict.PROMOTE, Verdict.REJECT) and decision.delta is not None:
-            key = (decision.champion_version, decision.tier)
-            self.gains[key][decision.idea_id] = decision.delta
+            self._gain(decision.idea_id, decision.champion_version, decision.tier, decision.delta)
         if verdict in (Verdict.REJECT, Verdict.REFUSED, Verdict.STALE):
             state.phase = Phase.DONE
         elif verdict is Verdict.HELD:
@@ -255,7 +262,7 @@ class LadderState:
             # The next tier starts here, not at its first RunSpec: carried runs may need none.
             state.tier = decision.tier + 1
             if self.requested[(decision.idea_id, state.version, state.tier)]:
-                self.tested_at[(state.version, state.tier)][decision.idea_id] = None
+                self._tested(decision.idea_id, state.version, state.tier)
                 self.baselines_dirty = True
         self.dirty[decision.idea_id] = None
 
@@ -288,6 +295,7 @@ class LadderState:
             self.ideas[change.idea_id].phase = Phase.DONE
             for (index, seed), run in self.carried_runs(change.idea_id, change.parent_version):
                 self.results[("", change.version, index)].setdefault(seed, run)
+                self._touch("", change.version, index)
         if change.version == self.current and change.parent_version in self.champions:
             self._carry_ideas(change)
         if change.version == self.current:
@@ -321,7 +329,7 @@ class LadderState:
             for (tier, _), run in self.carried_runs(idea_id, change.parent_version):
                 self._carry_run(idea_id, change.version, tier, run)
             if self.requested[(idea_id, change.version, 0)]:
-                self.tested_at[(change.version, 0)][idea_id] = None
+                self._tested(idea_id, change.version, 0)
 
     def _carry_run(self, idea_id: str, version: int, tier: int, run: RunResult) -> None:
         """An idea's successful run on an earlier version, as its run on `version`: the same
@@ -330,10 +338,12 @@ class LadderState:
             return
         key = (idea_id, version, tier)
         if run.seed not in self.results[key]:
-            self.old_noise.pop((version, tier), None)
             self.results[key][run.seed] = run
+            self._touch(idea_id, version, tier)
             self.carried[key].add(run.seed)
             self.requested[key].add(run.seed)
+            if idea_id in self.tested_at.get((version, tier), {}):
+                self.seeds_needed[(version, tier)].add(run.seed)
             self.dirty[idea_id] = None
             if tier == 0 or idea_id in self.tested_at[(version, tier)]:
                 self.baselines_dirty = True
@@ -374,7 +384,8 @@ class LadderState:
         seeds = {self.seed(result.tier, i) for i in range(2 * rule.max_seeds)} if rule else set()
         if result.corpus_hash and result.seed in seeds:
             self.corpus = result.corpus_hash
-            self.old_noise.clear()  # runs on other data leave the pools now
+            self.pools.clear()  # runs on other data leave the pools now
+            self.earlier.clear()
 
     def baseline_metrics(self, version: int, tier: int) -> dict[int, float]:
         """seed -> metric of the champion's successful runs at (version, tier)."""
@@ -385,19 +396,65 @@ class LadderState:
             if r.status is RunStatus.OK and r.metric is not None and self.on_corpus(r)
         }
 
+    def _gain(self, idea_id: str, version: int, tier: int, delta: float) -> None:
+        """The idea's mean gain as the rules decided it at (version, tier), kept sorted too."""
+        key = (version, tier)
+        old = self.gains[key].get(idea_id)
+        self.gains[key][idea_id] = delta
+        ranked = self.ranked[key]
+        if old is not None:
+            del ranked[bisect.bisect_left(ranked, old)]
+        bisect.insort(ranked, delta)
+
+    def peer_gains(self, idea_id: str, version: int, tier: int) -> list[float]:
+        """The gains of the other ideas decided at (version, tier), sorted: the rank gate's
+        peers. A copy less one value, not a scan of every idea (an O(ideas) loop per verdict
+        made a long-lived champion cost O(ideas²))."""
+        ranked = self.ranked.get((version, tier), [])
+        own = self.gains.get((version, tier), {}).get(idea_id)
+        if own is None:
+            return list(ranked)
+        i = bisect.bisect_left(ranked, own)
+        return ranked[:i] + ranked[i + 1 :]
+
+    def _tested(self, idea_id: str, version: int, tier: int) -> None:
+        """The idea is run at (version, tier): it counts in that tier's noise from now on."""
+        self.tested_at[(version, tier)][idea_id] = None
+        self.seeds_needed[(version, tier)] |= self.requested[(idea_id, version, tier)]
+        self._touch(idea_id, version, tier)
+
+    def _touch(self, idea_id: str, version: int, tier: int) -> None:
+        """A run of `idea_id` (a baseline's: "") at (version, tier) came in or now counts: its
+        part of the pooled noise there is out of date (every idea's, for a baseline run)."""
+        pool = self.pools.get((version, tier))
+        if pool is not None and idea_id:
+            pool.stale.add(idea_id)
+        elif pool is not None:
+            del self.pools[(version, tier)]
+        if version < self.current:
+            self.earlier.pop(tier, None)
+
     def noise_at(self, version: int, tier: int, exclude: str = "") -> Noise:
         """The paired-difference noise of the ideas run at (version, tier), but `exclude`."""
-        base = self.baseline_metrics(version, tier)
-        groups = []
-        for other in self.tested_at.get((version, tier), {}):
-            if other == exclude:
-                continue
-            runs = self.results.get((other, version, tier), {})
-            mine = {
-                s: r.metric for s, r in runs.items() if r.metric is not None and self.on_corpus(r)
-            }
-            groups.append(paired_gains(Evidence(mine, base, None, (), self.lower_is_better)))
-        return noise(groups, max((abs(v) for v in base.values()), default=0.0))
+        key = (version, tier)
+        pool = self.pools.get(key)
+        if pool is None:
+            pool = self.pools[key] = NoisePool(stale=set(self.tested_at.get(key, ())))
+        if pool.stale:
+            base = self.baseline_metrics(version, tier)
+            scale = max((abs(v) for v in base.values()), default=0.0)
+            tested = self.tested_at.get(key, {})
+            for idea_id in pool.stale:
+                runs = self.results.get((idea_id, version, tier), {})
+                mine = {
+                    s: r.metric
+                    for s, r in runs.items()
+                    if r.metric is not None and self.on_corpus(r)
+                }
+                gains = paired_gains(Evidence(mine, base, None, (), self.lower_is_better))
+                pool.put(idea_id, noise([gains], scale) if idea_id in tested else None)
+            pool.stale.clear()
+        return pool.without(exclude)
 
     def sigma_for(self, version: int, tier: int, idea_id: str = "") -> float | None:
         """σ_d at a tier for judging `idea_id`: pooled over the other ideas' pairs on this
@@ -411,12 +468,13 @@ class LadderState:
         """The noise at `tier` pooled over every champion before the current one: the racing
         prior. From every result folded so far, whenever it came (a result of the old champion
         can arrive after the change), so a replay and a snapshot pool the same."""
+        cached = self.earlier.get(tier)
+        if cached is not None and cached[0] == self.current:
+            return cached[1]
         total = Noise()
         for version in sorted(v for v in self.champions if v < self.current):
-            cached = self.old_noise.get((version, tier))
-            if cached is None:
-                cached = self.old_noise[(version, tier)] = self.noise_at(version, tier)
-            total += cached
+            total += self.noise_at(version, tier)
+        self.earlier[tier] = (self.current, total)
         return total
 
     def wake(self) -> None:

@@ -46,6 +46,7 @@ ladder asks for them one at a time: by the time the first is in, the tier may ha
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -304,11 +305,11 @@ def _decide_deterministic(rule: PromotionRule, evidence: Evidence) -> Outcome:
 def _rank_gate(
     rule: PromotionRule, evidence: Evidence, delta: float, sigma: float, n: int, numbers: str
 ) -> Outcome:
-    peers = list(evidence.peer_gains)
+    peers = sorted(evidence.peer_gains)  # linear when sorted already (the ladder's are)
     if rule.top_fraction <= 0 or len(peers) < rule.cold_start:
         cold = "" if rule.top_fraction <= 0 else f" (rank gate off: {len(peers)} < cold start)"
         return Outcome(Verdict.PROMOTE, f"clears the gates: {numbers}{cold}", delta, sigma, n)
-    rank = 1 + sum(1 for g in peers if g > delta)
+    rank = 1 + len(peers) - bisect.bisect_right(peers, delta)  # 1 + the peers above it
     allowed = max(1, math.floor(rule.top_fraction * (len(peers) + 1)))
     where = f"rank {rank} of {len(peers) + 1}, top {allowed} pass"
     if rank <= allowed:

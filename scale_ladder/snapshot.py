@@ -42,6 +42,7 @@ from bus.messages import MESSAGE_TYPES, SCHEMA_MINOR, SCHEMA_VERSION
 from scale_ladder.ladder import Ladder
 from scale_ladder.ladder_state import IdeaState
 from scale_ladder.near_duplicates import PatchChange
+from scale_ladder.noise_pool import NoisePool
 from scale_ladder.rules import Noise, PromotionRule
 from scale_ladder.spot_checks import Checks
 from scale_ladder.tiers import Tier
@@ -62,7 +63,7 @@ CONFIG_FIELDS = (
 )
 # The classes a snapshot pickles: one from a build whose classes have other fields would load
 # and fail later (a field missing from an old object).
-STATE_CLASSES = (Ladder, IdeaState, Tier, PromotionRule, Noise, Checks, PatchChange)
+STATE_CLASSES = (Ladder, IdeaState, Tier, PromotionRule, Noise, NoisePool, Checks, PatchChange)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,77 @@
+"""A tier's pooled noise is kept up to date one run at a time (scale_ladder/noise_pool.py): at
+every point of a history it equals the pool built from scratch from the same state, and leaving
+out an idea with a huge spread gives exactly the pool of the others."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from bus.messages import RunResult, RunSpec
+from scale_ladder.ladder import Ladder
+from tests.ladder_sim import make_ladder, ok_result, ok_runner, started
+
+CHANGES = [f"LR = 1.0->LR = {lr}" for lr in ("1.3", "1.7", "2.2", "2.6", "3.0", "3.4")] + [
+    f"WD = 0.1->WD = {wd}" for wd in ("0.05", "0.3", "0.6")
+]
+
+
+def from_scratch(ladder: Ladder) -> Ladder:
+    fresh = copy.deepcopy(ladder)
+    fresh.pools.clear()
+    fresh.earlier.clear()
+    return fresh
+
+
+def test_the_kept_pool_is_the_pool_built_from_scratch_after_every_event(tmp_path: Path) -> None:
+    sim = started(make_ladder(tmp_path))
+    checked = 0
+    feed = sim.feed
+
+    def checking(message: object) -> None:
+        nonlocal checked
+        feed(message)  # type: ignore[arg-type]
+        live, fresh = sim.ladder, from_scratch(sim.ladder)
+        for (version, tier), ideas in list(live.tested_at.items()):
+            for idea_id in ["", *ideas]:
+                assert live.noise_at(version, tier, idea_id) == fresh.noise_at(
+                    version, tier, idea_id
+                )
+                checked += 1
+        for tier in live.tiers:
+            assert live.earlier_noise(tier.index) == fresh.earlier_noise(tier.index)
+
+    sim.feed = checking  # type: ignore[method-assign]
+    for i, change in enumerate(CHANGES):
+        sim.propose(f"idea-{i}", change)  # on v1: late ones are carried over or stale
+        sim.run_all()
+    assert sim.ladder.current > 1  # champions changed on the way: earlier pools were used
+    assert checked > 100
+
+
+LOSERS = ["WD = 0.1->WD = 0.05", "WD = 0.1->WD = 0.3", "WD = 0.1->WD = 0.6", "LR = 1.0->LR = 0.5"]
+
+
+def huge_runner(spec: RunSpec, source: str) -> RunResult:
+    if spec.idea_id == "idea-huge":  # a wild spread across seeds
+        return ok_result(spec, 2.0 + (1e12 if spec.seed % 2 else -1e12))
+    return ok_runner(spec, source)
+
+
+def test_leaving_out_a_huge_spread_leaves_exactly_the_others(tmp_path: Path) -> None:
+    def pool(with_huge: bool) -> Ladder:
+        sim = started(make_ladder(tmp_path))
+        sim.runner = huge_runner
+        for i, change in enumerate(LOSERS):  # no champion change: one pool, at v1
+            sim.propose(f"idea-{i}", change)
+            if i == 1 and with_huge:
+                sim.propose("idea-huge", "WD = 0.1->WD = 0.12")
+            sim.run_all()
+        return sim.ladder
+
+    others, mixed = pool(False), pool(True)
+    assert "idea-huge" in mixed.tested_at[(1, 0)]
+    assert mixed.noise_at(1, 0).squares > 1e20
+    alone = others.noise_at(1, 0)
+    assert alone.sigma is not None
+    assert mixed.noise_at(1, 0, "idea-huge") == alone
