@@ -26,8 +26,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from bus import snapshot_file
 from bus.champion_store import ChampionStore
-from bus.codec import decode
 from bus.messages import (
     AgentEvent,
     AgentEventKind,
@@ -39,7 +39,7 @@ from bus.messages import (
 )
 from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
 from bus.replay import Replay, replay_events
-from bus.subjects import EVENTS_STREAM, LADDER_CONTROL_SUBJECT
+from bus.subjects import LADDER_CONTROL_SUBJECT
 from scale_ladder import snapshot
 from scale_ladder.ladder import Ladder, LadderRefusal
 
@@ -130,22 +130,22 @@ class LadderService:
         path = self.options.snapshot_path
         if path is None:
             return 0
-        info = await self.js.stream_info(EVENTS_STREAM)
-        self._stream = str(info.created)
+        self._stream, last_seq = await snapshot_file.stream_created(self.js)
         try:
-            found = snapshot.load(path, self.ladder, self._stream, info.state.last_seq)
-            if await self._event_at(found.seq) != found.event:
-                raise snapshot.Stale(f"the stream no longer holds its event {found.seq}")
+            found = snapshot.load(path, self.ladder, self._stream, last_seq)
+            seq, max_bytes = found.checkpoint.seq, self.options.max_message_bytes
+            if await snapshot_file.event_at(self.js, seq, max_bytes) != found.checkpoint.event:
+                raise snapshot.Stale(f"the stream no longer holds its event {seq}")
         except FileNotFoundError:
             return 0
         except snapshot.Stale as why:
             log.warning("ladder snapshot %s not used, replaying the whole stream: %s", path, why)
             return 0
         self.ladder, self._specs = found.ladder, set(found.specs)
-        self._checkpoint = (found.seq, found.event)
+        self._checkpoint = (seq, found.checkpoint.event)
         self.ladder.wake()  # as a full replay would: what a kill left waiting is looked at
-        log.info("ladder state from its snapshot at event %d of %d", found.seq, info.state.last_seq)
-        return found.seq
+        log.info("ladder state from its snapshot at event %d of %d", seq, last_seq)
+        return seq
 
     async def _last_snapshot(self) -> None:
         """At a stop, once what it published last is back from the stream (a second at most)."""
@@ -157,15 +157,6 @@ class LadderService:
             await asyncio.sleep(0.05)
         self._snapshot_at = float("-inf")
         self._snapshot_if_due()
-
-    async def _event_at(self, seq: int) -> str:
-        """The kind and id of the event at `seq` in the stream; "" if it holds none there."""
-        try:
-            raw = await self.js.get_msg(EVENTS_STREAM, seq)
-            message = decode(raw.data or b"", self.options.max_message_bytes)
-        except Exception:  # gone, or unreadable: not the snapshot's event
-            return ""
-        return event_key(message.KIND, message.event_id)
 
     def _snapshot_if_due(self) -> None:
         """Write the state, if every message it made is in the stream, read back: RunSpecs
@@ -181,8 +172,8 @@ class LadderService:
         self._snapshot_at = time.monotonic()
         seq, event = self._checkpoint
         try:
-            found = snapshot.Snapshot(self.ladder, seq, event, frozenset(self._specs), self._stream)
-            snapshot.save(path, found)
+            checkpoint = snapshot_file.Checkpoint(seq, event, self._stream)
+            snapshot.save(path, snapshot.Snapshot(self.ladder, checkpoint, frozenset(self._specs)))
         except Exception as exc:  # a full disk: the next start replays more, nothing is lost
             log.warning("could not write the ladder snapshot %s: %s", path, exc)
 
