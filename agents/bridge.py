@@ -16,7 +16,7 @@ from autogen_core import SingleThreadedAgentRuntime, TopicId
 from nats.aio.client import Client
 
 from agents.runtime_agents import FINDINGS, SOURCE, HistoryBatch
-from bus.messages import Message
+from bus.messages import Message, event_key
 from bus.replay import Replay, replay_events
 
 log = logging.getLogger(__name__)
@@ -35,12 +35,20 @@ class NatsBridge:
         self.forwarded = 0
         self._replay: Replay | None = None
         self._batch: list[Message] = []
+        self._last: tuple[int, str] | None = None  # the batch's last event, by stream seq
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
+    @property
+    def last(self) -> tuple[int, str] | None:
+        """The stream seq and event key of the last event forwarded."""
+        return self._last
+
+    async def start(self, after: int = 0) -> None:
+        """Replay from the first event, or from the one after `after` (the host's state was
+        restored from a snapshot folded up to it)."""
         js = self.nc.jetstream()
-        self._replay = await replay_events(js, BRIDGED_KINDS, self.max_bytes, self._forward)
-        if self._replay.start_seq == 0:
+        self._replay = await replay_events(js, BRIDGED_KINDS, self.max_bytes, self._forward, after)
+        if self._replay.start_seq <= after:  # nothing after it (0, 0: an empty stream)
             self.caught_up.set()
 
     async def _forward(self, message: Message | None, seq: int) -> None:
@@ -50,12 +58,13 @@ class NatsBridge:
             if not self._batch:
                 asyncio.get_running_loop().call_soon(self._send_batch)
             self._batch.append(message)
+            self._last = (seq, event_key(message.KIND, message.event_id))
             self.forwarded += 1
         if self._replay is not None and self._replay.caught_up(seq):
             self.caught_up.set()
 
     def _send_batch(self) -> None:
-        batch = HistoryBatch(tuple(self._batch))
+        batch = HistoryBatch(tuple(self._batch), self._last)
         self._batch = []
         # Tasks start in the order they are made: batches reach the runtime in stream order.
         task = asyncio.ensure_future(self.runtime.publish_message(batch, TopicId(FINDINGS, SOURCE)))

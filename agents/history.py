@@ -71,6 +71,10 @@ class History:
         # events shares one instead of copying every finding per proposal.
         self._findings_snapshot: tuple[Finding, ...] | None = None
         self._tried_snapshots: dict[int, frozenset[str]] = {}
+        # This host's own ideas folded before the stream brought them back: a snapshot is never
+        # taken while there are any (agents/host_snapshot.py), as one may never be sent.
+        self.unconfirmed: dict[str, None] = {}
+        self.checkpoint: tuple[int, str] | None = None  # the last event folded, by stream seq
 
     @property
     def champion(self) -> int:
@@ -111,6 +115,20 @@ class History:
             return [Notice(message.agent, message)]
         return []
 
+    def propose(self, idea: Idea) -> list[Notice]:
+        """Fold an idea of this host's own as it is proposed, before the stream brings it."""
+        notices = self.observe(idea)
+        if idea.idea_id in self._findings:
+            self.unconfirmed[idea.idea_id] = None
+        return notices
+
+    def release(self, idea_id: str) -> None:
+        """An own idea that was never sent: out of the history, as if never proposed."""
+        if idea_id in self.unconfirmed:
+            del self.unconfirmed[idea_id]
+            del self._findings[idea_id]
+            self._findings_snapshot = None
+
     def _set(self, finding: Finding) -> None:
         self._findings[finding.idea_id] = finding
         self._findings_snapshot = None
@@ -127,6 +145,7 @@ class History:
         return [Notice(EVERYONE, change, new_champion=new)]
 
     def _on_idea(self, idea: Idea) -> list[Notice]:
+        self.unconfirmed.pop(idea.idea_id, None)  # back from the stream, if it was ours
         if idea.idea_id in self._findings or idea.target != self.target:
             return []
         if idea.entry_tier and idea.parent_ids:

@@ -15,15 +15,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from autogen_core import SingleThreadedAgentRuntime, TopicId, TypeSubscription
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 
+from agents import host_snapshot
 from agents.brain import Brain, Persona
 from agents.brain_groups import MODEL_BRAINS, BrainGroup
 from agents.bridge import NatsBridge
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.history import History
+from agents.host_snapshot import HostState, Snapshots
 from agents.llm_brain import LlmBrain, LlmSettings
 from agents.llm_budget import LlmBudget
 from agents.llm_client import LlmClient
@@ -50,8 +54,10 @@ from agents.runtime_agents import (
 )
 from agents.screening import Screen
 from agents.strategy_book import StrategyBook
+from bus import snapshot_file
 from bus.messages import AgentEvent, AgentEventKind, Idea, new_id
 from bus.nats_bus import publish_event
+from bus.snapshot_file import Stale
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,8 @@ class HostOptions:
     meta_brain: str = ""  # empty: the first LLM group's
     screen: int = 1  # candidates a heuristic or LLM researcher draws per idea (1: no screening)
     fixed: frozenset[str] = frozenset()  # constants no brain moves (training/fixed_constants.py)
+    snapshot_path: Path | None = None  # where its folded state is kept between starts
+    snapshot_interval_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -99,14 +107,15 @@ class Team:
             await client.close()
 
 
-def make_team(options: HostOptions) -> Team:
+def make_team(options: HostOptions, history: History | None = None) -> Team:
     groups = options.groups or (BrainGroup("tpe", options.count),)
     setup = options.llm
     budget = LlmBudget(setup.max_usd, setup.max_usd_per_agent) if setup else LlmBudget()
     book = StrategyBook(setup.strategies, setup.strategies_seed) if setup else None
     clients: dict[str, LlmClient] = {}
     settings: dict[str, LlmSettings] = {}
-    team = Team(History(options.editable, options.target), [], budget, book, clients)
+    history = history if history is not None else History(options.editable, options.target)
+    team = Team(history, [], budget, book, clients)
     searches: dict[str, ModelSearch] = {}  # one study per model brain kind, shared by its group
 
     def search(kind: str) -> ModelSearch:
@@ -179,7 +188,12 @@ def _settings(
 async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> list[Researcher]:
     js = nc.jetstream()
     runtime = QuietRuntime()
-    team = make_team(options)
+    stream, last_seq = await snapshot_file.stream_created(js)
+    restored = await _restore(js, options, stream, last_seq)
+    team = make_team(options, restored.history if restored is not None else None)
+    if restored is not None:
+        host_snapshot.restore(restored, team.budget, team.book, team.researchers)
+    snapshots = Snapshots(options.snapshot_path, options.snapshot_interval_s, stream)
     try:
         for i, researcher in enumerate(team.researchers):
             agent_type = f"researcher-{i}"
@@ -209,16 +223,19 @@ async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> lis
         await runtime.add_subscription(TypeSubscription(OUTBOX, "bus-out"))
         runtime.start()
         bridge = NatsBridge(nc, runtime, options.max_message_bytes)
-        await bridge.start()
+        checkpoint = team.history.checkpoint
+        await bridge.start(checkpoint[0] if restored is not None and checkpoint else 0)
         await _announce(nc, team, AgentEventKind.JOINED)
         try:
-            await _caught_up(bridge, stop)
+            await _caught_up(bridge, team.history, stop)
             log.info("%d researchers caught up with the swarm's history", len(team.researchers))
-            await _tick(runtime, team, options, stop)
+            await _tick(runtime, team, options, stop, snapshots)
         finally:
             await bridge.stop()
             try:  # let LLM calls in flight finish, so what they cost reaches the ledger
                 await asyncio.wait_for(runtime.stop_when_idle(), FLUSH_S)
+                if bridge.caught_up.is_set():  # idle: every batch it forwarded is folded
+                    _snapshot(snapshots, team, now=True)
             except TimeoutError:
                 log.warning("LLM calls still running after %.0fs; stopping without them", FLUSH_S)
                 with contextlib.suppress(RuntimeError):  # it may have stopped meanwhile
@@ -230,11 +247,41 @@ async def run_host(nc: Client, options: HostOptions, stop: asyncio.Event) -> lis
     return team.researchers
 
 
+async def _restore(
+    js: JetStreamContext, options: HostOptions, stream: str, last_seq: int
+) -> HostState | None:
+    """The host's state from its snapshot, if there is one it can use."""
+    path = options.snapshot_path
+    if path is None:
+        return None
+    try:
+        state = host_snapshot.load(path, options.editable, options.target, stream, last_seq)
+        seq, event = state.history.checkpoint or (0, "")
+        if await snapshot_file.event_at(js, seq, options.max_message_bytes) != event:
+            raise Stale(f"the stream no longer holds its event {seq}")
+    except FileNotFoundError:
+        return None
+    except Stale as why:
+        log.warning("agents snapshot %s not used, replaying the whole stream: %s", path, why)
+        return None
+    log.info("agents host state from its snapshot at event %d of %d", seq, last_seq)
+    return state
+
+
+def _snapshot(snapshots: Snapshots, team: Team, now: bool = False) -> None:
+    snapshots.write_if_due(team.history, team.budget, team.book, team.researchers, now)
+
+
 async def _tick(
-    runtime: SingleThreadedAgentRuntime, team: Team, options: HostOptions, stop: asyncio.Event
+    runtime: SingleThreadedAgentRuntime,
+    team: Team,
+    options: HostOptions,
+    stop: asyncio.Event,
+    snapshots: Snapshots,
 ) -> None:
     next_meta = time.monotonic() + options.meta_interval_s
     while not stop.is_set():
+        _snapshot(snapshots, team)  # between two folds: each stands at a batch's end
         await runtime.publish_message(Tick(), TopicId(TICKS, SOURCE))
         if team.meta is not None and time.monotonic() >= next_meta:
             next_meta = time.monotonic() + options.meta_interval_s
@@ -247,12 +294,17 @@ def _factory(researcher: Researcher) -> Callable[[], ResearcherAgent]:
     return lambda: ResearcherAgent(researcher)
 
 
-async def _caught_up(bridge: NatsBridge, stop: asyncio.Event) -> None:
+async def _caught_up(bridge: NatsBridge, history: History, stop: asyncio.Event) -> None:
+    """Until the bridge has read the stream up to where it was at start and the history has
+    folded all it forwarded (the runtime folds batches after the bridge sends them), or stop."""
     waiter = asyncio.ensure_future(bridge.caught_up.wait())
     stopper = asyncio.ensure_future(stop.wait())
     await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
     stopper.cancel()
+    target = bridge.last[0] if bridge.last is not None else 0
+    while not stop.is_set() and (history.checkpoint or (0, ""))[0] < target:
+        await asyncio.sleep(0.01)
 
 
 async def _announce(nc: Client, team: Team, kind: AgentEventKind) -> None:

@@ -22,6 +22,7 @@ class LlmBudget:
         self.spent_usd = 0.0
         self.by_agent: dict[str, float] = defaultdict(float)
         self._seen: set[str] = set()
+        self.checkpoint: tuple[int, str] | None = None  # the last event folded, by stream seq
 
     def observe(self, call: LlmCall) -> None:
         if call.call_id in self._seen:

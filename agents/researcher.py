@@ -169,6 +169,7 @@ class Researcher:
     def release(self, idea_id: str, why: str) -> None:
         """Its idea never reached the swarm (the bus refused it): out of play, and told why."""
         self._out_of_play(idea_id)
+        self.history.release(idea_id)
         self.notes.append(f"{idea_id} was never sent to the swarm: {why}")
 
     def _out_of_play(self, idea_id: str) -> None:
@@ -352,7 +353,7 @@ class Researcher:
             self.at_tier[idea_id] = entry_tier
         self.proposed += 1
         self.notes.append(f"proposed {idea_id} on v{version}: {_first_line(proposal.hypothesis)}")
-        for notice in self.history.observe(idea):  # a new id: no decision waits for it
+        for notice in self.history.propose(idea):  # a new id: no decision waits for it
             if notice.to == self.name:
                 self.hear(notice)
         return Step(trace, idea, attempt.records)

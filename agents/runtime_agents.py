@@ -104,6 +104,7 @@ class HistoryBatch:
     """Events from the bus, in stream order (the bridge sends what arrived in one loop turn)."""
 
     events: tuple[Message, ...]
+    last: tuple[int, str] | None = None  # the last one's stream seq and event key
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,8 @@ class HistoryAgent(RoutedAgent):
         for event in events_of(message):
             if isinstance(event, HistoryEvent):
                 freed.update(dict.fromkeys(self.shared.fold(event)))
+        if isinstance(message, HistoryBatch) and message.last is not None:
+            self.shared.history.checkpoint = message.last
         for index in freed:
             await self.publish_message(Tick(), TopicId(tick_topic(index), SOURCE))
 
@@ -195,6 +198,8 @@ class AccountsAgent(RoutedAgent):
                 self.budget.observe(event)
             elif isinstance(event, StrategyVersion):
                 self.book.observe(event)
+        if isinstance(message, HistoryBatch) and message.last is not None:
+            self.budget.checkpoint = message.last
 
 
 class MetaHostAgent(RoutedAgent):

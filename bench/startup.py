@@ -1,5 +1,5 @@
-"""Start-up of the ladder: time from start to "caught up" with N events in the stream, by a
-full replay and from a snapshot of its state (scale_ladder/snapshot.py).
+"""Start-up of the ladder and of an agents host: time from start to "caught up" with N events in
+the stream, by a full replay and from a snapshot of their state (bus/snapshot_file.py).
 
     python -m bench.startup --events 10000,100000
     python -m bench.startup --events 1000000     # minutes: making and publishing the history
@@ -7,12 +7,13 @@ full replay and from a snapshot of its state (scale_ladder/snapshot.py).
 For each N: makes a history of N events with the real Ladder in this process (ideas on a small
 recipe, each run on a seed-paired simulated metric until decided, winners stacked, and for every
 idea a Trace and an AgentEvent: kinds the ladder does not fold, as in a swarm), publishes it to
-a real embedded nats-server, then times the real LadderService from start to caught up:
-1. without a snapshot: the whole stream (before this change, every start);
+a real embedded nats-server, then times the real LadderService, and the real agents host (four
+heuristic researchers, the ideas' author among them), from start to caught up:
+1. without a snapshot: the whole stream (before snapshots, every start);
 2. from the snapshot the first start wrote when it stopped, with 1% more events published
    after it (what a restart after a crash or an upgrade reads).
-Prints wall seconds and this process's CPU seconds for each, and the snapshot's size and the
-time to write it.
+Prints wall seconds and this process's CPU seconds for each, and the snapshot's size. The host's
+researchers are stopped as soon as it has caught up: the bench times the start, not research.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import agents.host as host
+from agents.brain import Persona
+from agents.brain_groups import BrainGroup
+from agents.bridge import NatsBridge
+from agents.history import History
+from agents.host import HostOptions, run_host
 from bus.champion_store import champion_bucket
 from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import AgentEvent, AgentEventKind, Idea, Message, RunResult, RunSpec, RunStatus
@@ -70,6 +77,7 @@ max_seeds = 4
 min_improvement = 0.002
 """
 MAX_PAYLOAD = 8 * 1024 * 1024
+AUTHOR = "bench-0-explorer"  # the agents host's first researcher
 
 
 def make_ladder(folder: Path) -> Ladder:
@@ -112,9 +120,9 @@ def history(n: int, folder: Path) -> list[Message]:
         )
         idea_id = f"idea-{i:07d}"
         patch = make_patch(source, new, "recipe.py")
-        log.append(TraceEvent(f"trace-{i:07d}", "agent-0", "proposed", idea_id=idea_id))
-        log.append(AgentEvent(f"beat-{i:07d}", "agent-0", AgentEventKind.HEARTBEAT))
-        feed(Idea(idea_id, "agent-0", f"try {moves}", patch, ladder.current))
+        log.append(TraceEvent(f"trace-{i:07d}", AUTHOR, "proposed", idea_id=idea_id))
+        log.append(AgentEvent(f"beat-{i:07d}", AUTHOR, AgentEventKind.HEARTBEAT))
+        feed(Idea(idea_id, AUTHOR, f"try {moves}", patch, ladder.current))
         while queue:
             spec = queue.pop(0)
             base = ladder.champions[spec.champion_version].source
@@ -155,6 +163,33 @@ async def start_once(settings: BusSettings, folder: Path, snapshot: Path) -> tup
     return took
 
 
+async def host_once(settings: BusSettings, snapshot: Path) -> tuple[float, float]:
+    """Wall and CPU seconds from start to caught up (the stream read and every event it
+    forwarded folded); then stops (writing its snapshot)."""
+    options = HostOptions(
+        count=4, name_prefix="bench", personas=tuple(Persona), max_in_flight=2, seed=0,
+        editable="recipe.py", target="bytelm", top_tier=1,
+        groups=(BrainGroup("heuristic", 4),), snapshot_path=snapshot,
+    )  # fmt: skip
+    nc = await connect(settings, "agents")
+    took: list[float] = []
+    caught_up = host._caught_up
+
+    async def timed(bridge: NatsBridge, history: History, stop: asyncio.Event) -> None:
+        await caught_up(bridge, history, stop)
+        took.extend((time.perf_counter() - wall, time.process_time() - cpu))
+        stop.set()  # caught up: the bench is over before any researcher proposes
+
+    host._caught_up = timed  # type: ignore[assignment]
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        await run_host(nc, options, asyncio.Event())
+    finally:
+        host._caught_up = caught_up
+        await nc.close()
+    return took[0], took[1]
+
+
 async def measure(n: int) -> None:
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         folder = Path(tmp)
@@ -168,21 +203,26 @@ async def measure(n: int) -> None:
             t = time.perf_counter()
             await publish(settings, events[:n])
             published = time.perf_counter() - t
-            snapshot = folder / "ladder.snapshot"
+            snapshot, agents = folder / "ladder.snapshot", folder / "agents.snapshot"
             full = await start_once(settings, folder, snapshot)  # writes the snapshot at stop
-            t = time.perf_counter()
-            size = snapshot.stat().st_size
+            host_full = await host_once(settings, agents)
+            size, host_size = snapshot.stat().st_size, agents.stat().st_size
             await publish(settings, events[n:])  # the tail after the snapshot
             tail = await start_once(settings, folder, snapshot)
+            host_tail = await host_once(settings, agents)
         finally:
             server.stop()
-    print(
-        f"{n:>9,} events (+{len(events) - n:,} after the snapshot): "
-        f"full replay {full[0]:7.2f} s wall, {full[1]:7.2f} s CPU | from the snapshot "
-        f"{tail[0]:6.2f} s wall, {tail[1]:6.2f} s CPU | snapshot {size / 1e6:6.1f} MB | "
-        f"made the history in {made:.0f} s, published it in {published:.0f} s",
-        flush=True,
-    )
+    after = f"{n:>9,} events (+{len(events) - n:,} after the snapshot)"
+    print(f"{after}: made in {made:.0f} s, published in {published:.0f} s", flush=True)
+    for who, (a, b, mb) in {
+        "ladder": (full, tail, size / 1e6),
+        "agents host": (host_full, host_tail, host_size / 1e6),
+    }.items():
+        print(
+            f"  {who:<11} full replay {a[0]:7.2f} s wall, {a[1]:7.2f} s CPU | from the snapshot "
+            f"{b[0]:6.2f} s wall, {b[1]:6.2f} s CPU | snapshot {mb:6.1f} MB",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -153,7 +153,10 @@ def classes_digest(classes: Iterable[type]) -> str:
 def _fields(cls: type) -> list[str]:
     if dataclasses.is_dataclass(cls):
         return [f.name for f in dataclasses.fields(cls)]
-    return sorted(getattr(cls, "SNAPSHOT_FIELDS", ()))  # a plain class names what it pickles
+    # A plain class sets its fields in __init__: the names its code uses stand for them (any
+    # change there counts as another build, which only ever costs a full replay).
+    init = vars(cls).get("__init__")
+    return sorted(init.__code__.co_names) if init is not None else []
 
 
 def _open_own(path: Path) -> Any:

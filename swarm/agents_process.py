@@ -25,12 +25,13 @@ def host_options(
 ) -> HostOptions:
     info = target_info(config)
     tiers = load_ladder(ladder_path(config), config.target.kind).tiers
+    prefix = name_prefix or socket.gethostname().split(".")[0]
     personas = tuple(Persona(p.strip()) for p in config.agents.personas.split(","))
     groups = parse_brain_groups(config.agents.brain, count)
     thinking = any(g.brain in LLM_BRAINS for g in groups)
     return HostOptions(
         count=count,
-        name_prefix=name_prefix or socket.gethostname().split(".")[0],
+        name_prefix=prefix,
         personas=personas,
         max_in_flight=config.agents.max_in_flight,
         screen=config.agents.screen,
@@ -46,7 +47,14 @@ def host_options(
         meta_min_outcomes=config.meta.min_outcomes,
         meta_brain=config.meta.brain,
         fixed=project_fixed(config),
+        # One file per host name: its researchers' names, and so their memories, are its own.
+        snapshot_path=workspace.run_dir / f"agents-{_file_safe(prefix)}.snapshot",
+        snapshot_interval_s=config.agents.snapshot_interval_s,
     )
+
+
+def _file_safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "host"
 
 
 async def run_agents(

@@ -115,6 +115,8 @@ class AgentsConfig:
     seed: int = 0  # the offline brains' random seed (heuristic agent i uses seed + i)
     program: str = ""  # the research direction, re-read before each proposal; "": built in
     strategies: str = ""  # each persona's first strategy file (<persona>.md); "": built in
+    # how often a host writes its folded state (a restart reads only the events after it)
+    snapshot_interval_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,7 @@ POSITIVE = {
     "ledger.batch_size",
     "ledger.snapshot_interval_s",
     "ladder.snapshot_interval_s",
+    "agents.snapshot_interval_s",
     "ledger.sql_row_cap",
     "ledger.sql_timeout_s",
     "status.interval_s",
