@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from agents.runtime_agents import FINDINGS, SOURCE, HistoryBatch
 from bus.messages import Message, event_key
 from bus.replay import Replay, replay_events
+from ledger.remote_events import ledger_events
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,15 @@ class NatsBridge:
         """Replay from the first event, or from the one after `after` (the host's state was
         restored from a snapshot folded up to it)."""
         js = self.nc.jetstream()
-        self._replay = await replay_events(js, BRIDGED_KINDS, self.max_bytes, self._forward, after)
-        if self._replay.start_seq <= after:  # nothing after it (0, 0: an empty stream)
+        self._replay = await replay_events(
+            js, BRIDGED_KINDS, self.max_bytes, self._forward, after, self._from_ledger
+        )
+        if self._replay.done:  # nothing after it (or an empty stream)
             self.caught_up.set()
+
+    async def _from_ledger(self, after: int, before: int) -> list[tuple[int, Message]]:
+        log.info("events %d..%d left the stream: read from the ledger", after + 1, before - 1)
+        return await ledger_events(self.nc, BRIDGED_KINDS, after, before)
 
     async def _forward(self, message: Message | None, seq: int) -> None:
         # The replay decodes by subject; a message of another kind sent on a bridged subject

@@ -257,7 +257,8 @@ async def _restore(
     try:
         state = host_snapshot.load(path, options.editable, options.target, stream, last_seq)
         seq, event = state.history.checkpoint or (0, "")
-        if await snapshot_file.event_at(js, seq, options.max_message_bytes) != event:
+        checkpoint = snapshot_file.Checkpoint(seq, event, stream)
+        if not await snapshot_file.checkpoint_stands(js, checkpoint, options.max_message_bytes):
             raise Stale(f"the stream no longer holds its event {seq}")
     except FileNotFoundError:
         return None

@@ -5,11 +5,16 @@ An ordered consumer on SWARM_EVENTS delivers every event in stream order. `handl
 with its stream sequence: the decoded message for the wanted kinds, None for other kinds and for
 undecodable events (the ledger keeps those as dead letters), so the reader always knows where
 it is. It has caught up once it has handled the sequence that was last when it started.
+
+With retention on, the stream may no longer hold the first events a reader needs; `fill` then
+gives them from the ledger, which stored each before the stream let it go
+(ledger/remote_events.py, ledger/retention.py), and the stream is read from its first event on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,34 +28,79 @@ from bus.codec import CodecError, decode
 from bus.messages import Message
 from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[Message | None, int], Awaitable[None]]
+# (after, before) -> (seq, message) of the events in between, in stream order
+Fill = Callable[[int, int], Awaitable[list[tuple[int, Message]]]]
+
+
+class EventsPurged(RuntimeError):
+    """The stream no longer holds events the reader needs, and it has nowhere else to read
+    them from."""
 
 
 @dataclass(frozen=True, slots=True)
 class Replay:
     subscription: Subscription
     start_seq: int  # the stream's last event when the replay began (0: it was empty)
+    after: int = 0  # the stream was read from the event after this one
+
+    @property
+    def done(self) -> bool:
+        """Nothing to read: the stream held nothing after `after` when the replay began."""
+        return self.start_seq <= self.after
 
     def caught_up(self, seq: int) -> bool:
         return seq >= self.start_seq
 
 
 async def replay_events(
-    js: JetStreamContext, kinds: frozenset[str], max_bytes: int, handle: Handler, after: int = 0
+    js: JetStreamContext,
+    kinds: frozenset[str],
+    max_bytes: int,
+    handle: Handler,
+    after: int = 0,
+    fill: Fill | None = None,
 ) -> Replay:
     """Replay from the first event, or from the one after sequence `after` (a reader that has
-    folded the events up to it already: a snapshot)."""
+    folded the events up to it already: a snapshot). Events before the stream's first one come
+    from `fill`; without one, EventsPurged."""
+    first_seen: list[int] = []
 
     async def deliver(msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        if not first_seen:
+            first_seen.append(seq)
+            if seq > after + 1:  # purged between the check below and the subscription
+                log.error(
+                    "events %d..%d left the stream while this process started: its state "
+                    "misses them; restart it (it reads them from the ledger then)",
+                    after + 1,
+                    seq - 1,
+                )
         message = None
         if msg.subject.rpartition(".")[2] in kinds:
             with contextlib.suppress(CodecError):
                 message = decode(msg.data, max_bytes)
             if message is not None and msg.subject != event_subject(message):
                 message = None  # not on its own kind's subject: the ledger dead-letters it
-        await handle(message, msg.metadata.sequence.stream)
+        await handle(message, seq)
 
-    start_seq = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    while True:  # until the stream holds every event after `after` (a purge may run meanwhile)
+        state = (await js.stream_info(EVENTS_STREAM)).state
+        if after + 1 >= state.first_seq or state.last_seq == 0:
+            break
+        if fill is None:
+            raise EventsPurged(
+                f"the event stream starts at event {state.first_seq}; events "
+                f"{after + 1}..{state.first_seq - 1} were purged (retention) and no ledger "
+                "was asked for them"
+            )
+        for seq, message in await fill(after, state.first_seq):
+            await handle(message if message.KIND in kinds else None, seq)
+        after = state.first_seq - 1
+    start_seq = state.last_seq
     where: dict[str, Any] = {"deliver_policy": DeliverPolicy.ALL}
     if after:
         start = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE)
@@ -63,4 +113,4 @@ async def replay_events(
         cb=deliver,
         **where,
     )
-    return Replay(subscription, start_seq)
+    return Replay(subscription, start_seq, after)

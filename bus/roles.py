@@ -101,6 +101,10 @@ PERMISSIONS: dict[Role, Permissions] = {
             f"{API}.CONSUMER.INFO.{EVENTS_STREAM}.{LEDGER_CONSUMER}",
             f"{API}.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.{LEDGER_CONSUMER}",
             f"$JS.ACK.{EVENTS_STREAM}.{LEDGER_CONSUMER}.>",
+            # retention: the stream's state, events' times, the purge (ledger/retention.py)
+            f"{API}.STREAM.INFO.{EVENTS_STREAM}",
+            f"{API}.STREAM.MSG.GET.{EVENTS_STREAM}",
+            f"{API}.STREAM.PURGE.{EVENTS_STREAM}",
         ),
         subscribe=(SQL_SUBJECT, LEDGER_DELIVER_SUBJECT, INBOX),
         responses=True,
@@ -113,6 +117,8 @@ PERMISSIONS: dict[Role, Permissions] = {
             *REPLAY,
             # the event its snapshot was folded up to (scale_ladder/snapshot.py)
             f"{API}.STREAM.MSG.GET.{EVENTS_STREAM}",
+            # events the stream no longer holds, from the ledger (ledger/remote_events.py)
+            SQL_SUBJECT,
             *CHAMPION_READ,
             *JOBS_READ,
         ),
@@ -134,6 +140,10 @@ PERMISSIONS: dict[Role, Permissions] = {
         publish=(
             *events("idea", "trace", "llm_call", "prompt_prefix", "strategy", "agent_event"),
             *REPLAY,
+            # the event its snapshot was folded up to (agents/host_snapshot.py)
+            f"{API}.STREAM.MSG.GET.{EVENTS_STREAM}",
+            # events the stream no longer holds, from the ledger (ledger/remote_events.py)
+            SQL_SUBJECT,
         ),
         subscribe=(INBOX,),
     ),

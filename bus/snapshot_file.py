@@ -25,14 +25,16 @@ never travels over the bus.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import hashlib
 import json
 import os
 import pickle
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +63,8 @@ def save(path: Path, header: dict[str, Any], state: object) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(json.dumps(header).encode() + b"\n")
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            with _collector_paused():
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -121,7 +124,8 @@ def load_state(path: Path) -> Any:
     try:
         with _open_own(path) as f:
             f.readline()
-            return pickle.load(f)  # our own private file (_open_own): see the docstring
+            with _collector_paused():
+                return pickle.load(f)  # our own private file (_open_own): see the docstring
     except Stale:
         raise
     except Exception as exc:  # truncated, corrupt
@@ -132,6 +136,15 @@ async def stream_created(js: JetStreamContext) -> tuple[str, int]:
     """When the event stream was created (its identity across restarts), and its last seq."""
     info = await js.stream_info(EVENTS_STREAM)
     return str(info.created), info.state.last_seq
+
+
+async def checkpoint_stands(js: JetStreamContext, checkpoint: Checkpoint, max_bytes: int) -> bool:
+    """The stream holds the checkpoint's event at its sequence, or let it go: it starts after
+    it (retention purged it, and the stream's identity stands for it then). Another event
+    there is another history."""
+    first = (await js.stream_info(EVENTS_STREAM)).state.first_seq
+    held = checkpoint.seq >= first
+    return not held or await event_at(js, checkpoint.seq, max_bytes) == checkpoint.event
 
 
 async def event_at(js: JetStreamContext, seq: int, max_bytes: int) -> str:
@@ -157,6 +170,20 @@ def _fields(cls: type) -> list[str]:
     # change there counts as another build, which only ever costs a full replay).
     init = vars(cls).get("__init__")
     return sorted(init.__code__.co_names) if init is not None else []
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: loading a state of millions of small objects
+    set it off again and again, and it took 3/4 of the load's time (0.72 s of a 100k-event
+    ladder's snapshot with it, 0.19 s without)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _open_own(path: Path) -> Any:

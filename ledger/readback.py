@@ -12,13 +12,15 @@ import enum
 import json
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
 
 from bus.messages import Message
 from ledger.schema import TABLES, Table
+
+_HINTS: dict[str, dict[str, Any]] = {}  # table -> its message type's hints (slow to make)
 
 # The kinds a ladder folds, in the order it makes them within one instant (ties of old rows).
 KIND_ORDER = ("champion_change", "idea", "run_spec", "run_result", "decision")
@@ -37,14 +39,22 @@ def read_messages(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...]) -> lis
 
 
 def _rows(con: duckdb.DuckDBPyConnection, table: Table) -> Iterator[tuple[int | None, Message]]:
-    # Timestamps are read as epoch microseconds: no time zone can shift them on the way back.
-    # A column the file lacks (a ledger no release since has opened for writing, so not yet
-    # migrated: ledger/migrations.py) reads as empty: the field's default.
     cursor = con.cursor()
     cursor.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table.name]
     )
     present = {row[0] for row in cursor.fetchall()}
+    cursor.execute(f"SELECT {select_list(table, present)} FROM {table.name}")
+    while batch := cursor.fetchmany(10_000):
+        for *row, seq in batch:
+            yield seq, to_message(table, row)
+
+
+def select_list(table: Table, present: set[str]) -> str:
+    """The columns of `table` as `to_message` reads them, then `stream_seq`. Timestamps are
+    read as epoch microseconds: no time zone can shift them on the way back. A column the file
+    lacks (a ledger no release since has opened for writing, so not yet migrated:
+    ledger/migrations.py) reads as empty: the field's default."""
     selects = [
         ("NULL" if c.name not in present else f"epoch_us({c.name})")
         if c.kind == "timestamp"
@@ -52,18 +62,26 @@ def _rows(con: duckdb.DuckDBPyConnection, table: Table) -> Iterator[tuple[int | 
         for c in table.columns
     ]
     selects.append("stream_seq" if "stream_seq" in present else "NULL")
-    cursor.execute(f"SELECT {', '.join(selects)} FROM {table.name}")
-    hints = typing.get_type_hints(table.message_type)
+    return ", ".join(f"{expr} AS {name}" for expr, name in zip(selects, _names(table), strict=True))
+
+
+def _names(table: Table) -> list[str]:
+    return [c.name for c in table.columns] + ["stream_seq"]
+
+
+def to_message(table: Table, row: Sequence[Any]) -> Message:
+    """One row of `select_list`'s columns (without `stream_seq`) as its message."""
+    hints = _HINTS.get(table.name) or _HINTS.setdefault(
+        table.name, typing.get_type_hints(table.message_type)
+    )
     fields = {f.name: f for f in dataclasses.fields(table.message_type)}
-    while batch := cursor.fetchmany(10_000):
-        for *row, seq in batch:
-            values: dict[str, Any] = {}
-            for column, cell in zip(table.columns, row, strict=True):
-                value = _value(column.kind, hints[column.name], cell)
-                if value is None and _has_default(fields[column.name]):
-                    continue  # an empty cell was the field's default (e.g. created_at 0)
-                values[column.name] = value
-            yield seq, table.message_type(**values)
+    values: dict[str, Any] = {}
+    for column, cell in zip(table.columns, row, strict=True):
+        value = _value(column.kind, hints[column.name], cell)
+        if value is None and _has_default(fields[column.name]):
+            continue  # an empty cell was the field's default (e.g. created_at 0)
+        values[column.name] = value
+    return table.message_type(**values)
 
 
 def _value(kind: str, hint: Any, cell: Any) -> Any:

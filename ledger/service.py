@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ from bus.subjects import (
     SQL_SUBJECT,
     ensure_ledger_consumer,
 )
+from ledger import retention
 from ledger.duckdb_store import LedgerStore
+from ledger.retention import Retention
 from ledger.sql_gate import SqlRefused, run_query
 from ledger.sql_protocol import (
     SqlError,
@@ -61,6 +64,7 @@ class LedgerOptions:
     sql_row_cap: int = 10_000
     sql_timeout_s: float = 10.0
     max_message_bytes: int = 1024 * 1024
+    retention: Retention = field(default_factory=Retention)  # off: every event is kept
 
 
 class LedgerService:
@@ -97,9 +101,11 @@ class LedgerService:
             async with asyncio.TaskGroup() as group:
                 ingest = group.create_task(self._ingest_forever())
                 snapshots = group.create_task(self._snapshot_forever())
+                purges = group.create_task(self._purge_forever())
                 await stop.wait()
                 ingest.cancel()
                 snapshots.cancel()
+                purges.cancel()
         finally:
             await sql_sub.unsubscribe()
             await events.unsubscribe()
@@ -110,6 +116,14 @@ class LedgerService:
             await asyncio.get_running_loop().run_in_executor(self._writer, self._final_snapshot)
             self._writer.shutdown(wait=True)
             self.store.close()
+
+    async def _purge_forever(self) -> None:
+        while self.options.retention.on:
+            try:
+                await retention.purge_once(self.js, self.options.retention, time.time())
+            except Exception as exc:  # the bus restarting: the next round purges it
+                log.warning("could not purge old events from the stream: %s", exc)
+            await asyncio.sleep(retention.PURGE_INTERVAL_S)
 
     async def _on_event(self, msg: Msg) -> None:
         self._inbox.append(msg)

@@ -13,6 +13,11 @@ import json
 from dataclasses import dataclass
 
 import pyarrow as pa
+from nats.aio.client import Client
+from nats.errors import MaxPayloadError, NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from bus.subjects import SQL_SUBJECT
 
 STATUS = "Swarm-Status"
 TRUNCATED = "Swarm-Truncated"
@@ -64,6 +69,32 @@ class SqlRequest:
         if max_rows is not None and (type(max_rows) is not int or max_rows < 1):
             raise SqlError("malformed SQL request: max_rows must be a positive integer")
         return SqlRequest(data["sql"], max_rows)
+
+
+class LedgerUnavailable(RuntimeError):
+    """No ledger answered: the message says why."""
+
+
+async def ask(
+    nc: Client, sql: str, timeout_s: float, max_rows: int | None = None
+) -> tuple[pa.Table, bool]:
+    """One SQL request to the running ledger: the rows and whether they were cut. Raises
+    SqlError with the ledger's reason, LedgerUnavailable when none answers."""
+    body = SqlRequest(sql, max_rows).encode()
+    try:
+        reply = await nc.request(SQL_SUBJECT, body, timeout=timeout_s)
+    except MaxPayloadError:
+        raise SqlError(
+            f"the request is {len(body)} bytes, larger than a bus message ({nc.max_payload} bytes)"
+        ) from None
+    except NoRespondersError:
+        raise LedgerUnavailable("no ledger is answering on the bus (is it restarting?)") from None
+    except (TimeoutError, NatsTimeout):
+        raise LedgerUnavailable(f"the ledger did not answer within {timeout_s:g}s") from None
+    headers = reply.headers or {}
+    if headers.get(STATUS) != "ok":
+        raise SqlError(reply.data.decode(errors="replace"))
+    return ipc_to_table(reply.data), headers.get(TRUNCATED) == "1"
 
 
 def error_text(reason: str) -> bytes:

@@ -40,6 +40,7 @@ from bus.messages import (
 from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
+from ledger.remote_events import ledger_events
 from scale_ladder import snapshot
 from scale_ladder.ladder import Ladder, LadderRefusal
 
@@ -90,11 +91,13 @@ class LadderService:
         self._stop = stop
         after = await self._restore()
         replay = self._replay = await replay_events(
-            self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive, after
+            self.js, FOLDED_KINDS, self.options.max_message_bytes, self._receive, after, self._fill
         )
         start_seq = replay.start_seq
         control = await self.nc.subscribe(LADDER_CONTROL_SUBJECT, cb=self._control)
-        if start_seq <= after:
+        if replay.done:  # nothing in the stream to read: what the ledger gave is all
+            while not self._inbox.empty():
+                self._fold(*self._inbox.get_nowait(), replay)
             self.caught_up.set()
         requeue = asyncio.ensure_future(self._requeue_lost())
         await self._announce(AgentEventKind.JOINED, f"replaying {start_seq} events")
@@ -134,7 +137,7 @@ class LadderService:
         try:
             found = snapshot.load(path, self.ladder, self._stream, last_seq)
             seq, max_bytes = found.checkpoint.seq, self.options.max_message_bytes
-            if await snapshot_file.event_at(self.js, seq, max_bytes) != found.checkpoint.event:
+            if not await snapshot_file.checkpoint_stands(self.js, found.checkpoint, max_bytes):
                 raise snapshot.Stale(f"the stream no longer holds its event {seq}")
         except FileNotFoundError:
             return 0
@@ -204,6 +207,11 @@ class LadderService:
             raise
         except Exception as exc:  # the bus is down: the next start looks again
             log.warning("could not look for lost jobs (%s)", exc)
+
+    async def _fill(self, after: int, before: int) -> list[tuple[int, Message]]:
+        """Events the stream let go of (retention), from the ledger that stored them."""
+        log.info("events %d..%d left the stream: read from the ledger", after + 1, before - 1)
+        return await ledger_events(self.nc, FOLDED_KINDS, after, before)
 
     async def _receive(self, message: Message | None, seq: int) -> None:
         await self._inbox.put((message, seq))  # folded in the main loop, which then acts

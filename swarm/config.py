@@ -56,6 +56,10 @@ class LedgerConfig:
     sql_row_cap: int = 10_000
     sql_timeout_s: float = 10.0
     restart_delay_s: float = 1.0
+    # The event stream's retention (ledger/retention.py): the ledger purges events older than
+    # this many days, or the oldest beyond this size, once it holds them. 0: keep everything.
+    events_keep_days: float = 0.0
+    events_keep_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +202,8 @@ NONNEGATIVE = {
     "llm.max_usd_per_agent",
     "llm.max_retries",
     "ledger.commit_interval_s",
+    "ledger.events_keep_days",
+    "ledger.events_keep_gb",
     "llm.cooldown_s",
 }
 

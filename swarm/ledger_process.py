@@ -7,6 +7,7 @@ import logging
 
 from bus.nats_bus import connect
 from bus.roles import Role
+from ledger.retention import Retention
 from ledger.service import LedgerOptions, LedgerService
 from swarm.config import SwarmConfig
 from swarm.event_loop import stop_on_signals
@@ -29,6 +30,10 @@ def ledger_options(config: SwarmConfig, workspace: Workspace) -> LedgerOptions:
         sql_row_cap=config.ledger.sql_row_cap,
         sql_timeout_s=config.ledger.sql_timeout_s,
         max_message_bytes=config.bus.max_payload_bytes,
+        retention=Retention(
+            keep_s=config.ledger.events_keep_days * 86400,
+            keep_bytes=int(config.ledger.events_keep_gb * 1e9),
+        ),
     )
 
 

@@ -6,20 +6,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from nats.aio.client import Client
-from nats.errors import MaxPayloadError, NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 
 from bus.nats_bus import BusUnavailable, connect
-from bus.subjects import SQL_SUBJECT
 from ledger.duckdb_store import LedgerLocked, open_database
 from ledger.sql_gate import SqlRefused, run_query
-from ledger.sql_protocol import STATUS, TRUNCATED, SqlError, SqlRequest, ipc_to_table
+from ledger.sql_protocol import LedgerUnavailable, SqlError, ask
+
+__all__ = ["Answer", "LedgerUnavailable", "ask_ledger", "query", "read_file"]
 from swarm.config import SwarmConfig
 from swarm.workspace import Workspace
-
-
-class LedgerUnavailable(RuntimeError):
-    """Neither a running ledger nor a readable ledger file: the message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,21 +26,8 @@ class Answer:
 
 async def ask_ledger(nc: Client, sql: str, timeout_s: float, max_rows: int | None = None) -> Answer:
     """One SQL request to the running ledger. Raises SqlError with the ledger's reason."""
-    body = SqlRequest(sql, max_rows).encode()
-    try:
-        reply = await nc.request(SQL_SUBJECT, body, timeout=timeout_s)
-    except MaxPayloadError:
-        raise SqlError(
-            f"the request is {len(body)} bytes, larger than a bus message ({nc.max_payload} bytes)"
-        ) from None
-    except NoRespondersError:
-        raise LedgerUnavailable("no ledger is answering on the bus (is it restarting?)") from None
-    except (TimeoutError, NatsTimeout):
-        raise LedgerUnavailable(f"the ledger did not answer within {timeout_s:g}s") from None
-    headers = reply.headers or {}
-    if headers.get(STATUS) != "ok":
-        raise SqlError(reply.data.decode(errors="replace"))
-    return Answer(ipc_to_table(reply.data), headers.get(TRUNCATED) == "1", "ledger")
+    table, truncated = await ask(nc, sql, timeout_s, max_rows)
+    return Answer(table, truncated, "ledger")
 
 
 def read_file(workspace: Workspace, config: SwarmConfig, sql: str) -> Answer:

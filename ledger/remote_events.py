@@ -1,0 +1,56 @@
+"""Events the stream no longer holds, read from the running ledger over the bus.
+
+With retention on (ledger/retention.py) the stream keeps only its recent events, and the ledger
+purges none it has not stored, so the two together hold every event. A reader that needs events
+from before the stream's first one (a restart without a usable snapshot, or with one older than
+what the stream holds, or a new agents host) reads those from the ledger, through the same SQL
+gate as `swarm sql`: the rows of the kinds it folds, by stream sequence, in stream order, as the
+messages they were made from (ledger/readback.py, which `swarm audit` uses on the file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from nats.aio.client import Client
+
+from bus.messages import Message
+from ledger.readback import select_list, to_message
+from ledger.schema import TABLES
+from ledger.sql_protocol import SqlError, ask
+
+PAGE_ROWS = 1000  # rows per request; fewer when the ledger cuts a reply to fit a bus message
+
+
+async def ledger_events(
+    nc: Client, kinds: Iterable[str], after: int, before: int, timeout_s: float = 30.0
+) -> list[tuple[int, Message]]:
+    """(stream seq, message) of the stored events of `kinds` with after < seq < before, in
+    stream order."""
+    found: list[tuple[int, Message]] = []
+    for kind in sorted(set(kinds) & TABLES.keys()):
+        table = TABLES[kind]
+        columns, _ = await ask(
+            nc,
+            f"SELECT column_name FROM information_schema.columns WHERE table_name = '{table.name}'",
+            timeout_s,
+        )
+        select = select_list(table, set(columns.column("column_name").to_pylist()))
+        low = after
+        while True:
+            rows, cut = await ask(
+                nc,
+                f"SELECT {select} FROM {table.name} WHERE stream_seq > {low} "
+                f"AND stream_seq < {before} ORDER BY stream_seq LIMIT {PAGE_ROWS}",
+                timeout_s,
+            )
+            if rows.num_rows == 0 and cut:
+                raise SqlError(f"a {kind} row after stream seq {low} is larger than a reply")
+            for row in rows.to_pylist():
+                seq = row.pop("stream_seq")
+                found.append((seq, to_message(table, list(row.values()))))
+                low = seq
+            if rows.num_rows < PAGE_ROWS and not cut:
+                break
+    found.sort(key=lambda item: item[0])
+    return found

@@ -1,0 +1,179 @@
+"""Retention: the ledger purges old events from the stream only once it holds them, and a reader
+that needs purged events reads them from the ledger, reaching the state a reader of the whole
+stream reached. A real nats-server, the real ledger, ladder service and agents host."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+import agents.host as host
+from agents.brain import Persona
+from agents.brain_groups import BrainGroup
+from agents.host import HostOptions, run_host
+from bus.champion_store import champion_bucket
+from bus.messages import Idea, Message
+from bus.nats_bus import publish_event
+from bus.replay import EventsPurged, replay_events
+from bus.subjects import EVENTS_STREAM, LEDGER_CONSUMER
+from ledger.retention import Retention, purge_once, stored_at
+from ledger.service import LedgerService
+from scale_ladder.ladder import Ladder
+from scale_ladder.service import LadderOptions, LadderService
+from tests.conftest import wait_for_async
+from tests.ladder_sim import make_ladder, started
+from tests.test_ladder_snapshot import state_of
+
+AUTHOR = "h-0-explorer"
+
+
+async def publish(nc: Client, messages: list[Message]) -> None:
+    js = nc.jetstream()
+    for message in messages:
+        if isinstance(message, Idea):
+            message = dataclasses.replace(message, author=AUTHOR)
+        await publish_event(js, message)
+
+
+async def stored_through(nc: Client, seq: int) -> None:
+    js = nc.jetstream()
+
+    async def floor() -> bool:
+        return (await js.consumer_info(EVENTS_STREAM, LEDGER_CONSUMER)).ack_floor.stream_seq >= seq
+
+    await wait_for_async(floor, timeout=20)
+
+
+async def first_seq(nc: Client) -> int:
+    return int((await nc.jetstream().stream_info(EVENTS_STREAM)).state.first_seq)
+
+
+async def ladder_state(nc: Client, tmp_path: Path, snapshot: Path | None = None) -> Ladder:
+    """A ladder service from start to caught up; its state, once stopped."""
+    service = LadderService(nc, make_ladder(tmp_path), LadderOptions(snapshot_path=snapshot))
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(service.run(stop))
+    await asyncio.wait_for(service.caught_up.wait(), 30)
+    stop.set()
+    await task
+    return service.ladder
+
+
+async def host_findings(nc: Client, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    async def caught_up_then_stop(*args: object) -> None:
+        stop = args[3]
+        assert isinstance(stop, asyncio.Event)
+        stop.set()
+
+    monkeypatch.setattr(host, "_tick", caught_up_then_stop)
+    options = HostOptions(
+        count=1, name_prefix="h", personas=(Persona.EXPLORER,), max_in_flight=2, seed=0,
+        editable="recipe.py", target="bytelm", top_tier=1, groups=(BrainGroup("heuristic", 1),),
+    )  # fmt: skip
+    (researcher,) = await asyncio.wait_for(run_host(nc, options, asyncio.Event()), 60)
+    return {"findings": dict(researcher.history.findings), "notes": list(researcher.notes)}
+
+
+def a_history(tmp_path: Path) -> list[Message]:
+    sim = started(make_ladder(tmp_path))
+    for i, change in enumerate(["LR = 1.0->LR = 1.3", "WD = 0.1->WD = 0.3", "LR = 1.0->LR = 3.0"]):
+        sim.propose(f"idea-{i}", change)
+        sim.run_all()
+    assert sim.ladder.current > 1
+    return sim.log
+
+
+async def test_readers_get_purged_events_from_the_ledger(
+    nc: Client, ledger: LedgerService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await champion_bucket(nc.jetstream())
+    events = a_history(tmp_path)
+    await publish(nc, events)
+    await stored_through(nc, len(events))
+    whole = state_of(await ladder_state(nc, tmp_path))
+    learned = await host_findings(nc, monkeypatch)
+    last = int((await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq)
+    await stored_through(nc, last)  # the two readers' own announcements too
+
+    purged = await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+    assert purged == last and await first_seq(nc) == last + 1  # all stored, all old
+
+    assert state_of(await ladder_state(nc, tmp_path)) == whole  # no snapshot: from the ledger
+    assert await host_findings(nc, monkeypatch) == learned
+
+
+async def test_a_snapshot_older_than_the_stream_is_used_and_the_gap_read_from_the_ledger(
+    nc: Client, ledger: LedgerService, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await champion_bucket(nc.jetstream())
+    events = a_history(tmp_path)
+    half = len(events) // 2
+    await publish(nc, events[:half])
+    snap = tmp_path / "ladder.snapshot"
+    await ladder_state(nc, tmp_path, snap)  # writes its snapshot at stop
+    await publish(nc, events[half:])
+    last = int((await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq)
+    await stored_through(nc, last)
+    whole = state_of(await ladder_state(nc, tmp_path))
+    await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+    caplog.set_level(logging.INFO, logger="scale_ladder.service")
+    assert state_of(await ladder_state(nc, tmp_path, snap)) == whole
+    said = [r.getMessage() for r in caplog.records]
+    assert any("ladder state from its snapshot" in line for line in said), said
+    assert any("left the stream: read from the ledger" in line for line in said), said
+
+
+async def test_the_ledger_never_purges_what_it_has_not_stored(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    events = a_history(tmp_path)
+    await publish(nc, events[:10])
+    await stored_through(nc, 10)
+    ledger.ingest = _never  # type: ignore[method-assign]  # stored nothing more from here on
+    await publish(nc, events[10:20])
+    await asyncio.sleep(0.3)
+    purged = await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+    assert purged == 10 and await first_seq(nc) == 11
+
+
+async def test_only_events_older_than_the_limit_go(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    events = a_history(tmp_path)
+    await publish(nc, events[:10])
+    await asyncio.sleep(1.2)
+    cutoff = time.time()
+    await publish(nc, events[10:20])
+    await stored_through(nc, 20)
+    purged = await purge_once(nc.jetstream(), Retention(keep_s=1.0), cutoff + 1.0)
+    assert purged == 10 and await first_seq(nc) == 11
+    assert await purge_once(nc.jetstream(), Retention(), time.time() + 1e6) == 0  # off
+
+
+async def test_a_reader_with_nowhere_to_read_purged_events_says_so(
+    nc: Client, ledger: LedgerService, tmp_path: Path
+) -> None:
+    await publish(nc, a_history(tmp_path)[:10])
+    await stored_through(nc, 10)
+    await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+
+    async def handle(message: Message | None, seq: int) -> None:
+        pass
+
+    with pytest.raises(EventsPurged, match=r"events 1\.\.10 were purged"):
+        await replay_events(nc.jetstream(), frozenset({"idea"}), 1 << 20, handle)
+
+
+def test_server_timestamps_read_as_epoch_seconds() -> None:
+    assert stored_at("1970-01-01T00:00:01.500000000Z") == 1.5
+    assert stored_at("1970-01-01T00:00:02Z") == 2.0
+
+
+async def _never(batch: object) -> None:
+    await asyncio.Event().wait()
