@@ -147,9 +147,12 @@ def noise(groups: Sequence[Sequence[float]], scale: float = 0.0) -> Noise:
     for g in groups:
         if len(g) < 2 or len(set(g)) == 1:
             continue
-        mean = statistics.fmean(g)
-        squares = sum((x - mean) ** 2 for x in g)
-        if measured(math.sqrt(squares / len(g)), scale):
+        try:
+            mean = statistics.fmean(g)
+            squares = sum((x - mean) ** 2 for x in g)
+        except OverflowError:  # a spread past what a float holds (metrics of 1e200): no measure
+            continue
+        if math.isfinite(squares) and measured(math.sqrt(squares / len(g)), scale):
             total += Noise(squares, len(g) - 1, len(g))
     return total
 

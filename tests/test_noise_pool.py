@@ -7,13 +7,19 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from bus.messages import RunResult, RunSpec
+import pytest
+
+from bus.messages import Decision, RunResult, RunSpec, Verdict
 from scale_ladder.ladder import Ladder
-from tests.ladder_sim import make_ladder, ok_result, ok_runner, started
+from tests.ladder_sim import Sim, make_ladder, ok_result, ok_runner, started
 
 CHANGES = [f"LR = 1.0->LR = {lr}" for lr in ("1.3", "1.7", "2.2", "2.6", "3.0", "3.4")] + [
     f"WD = 0.1->WD = {wd}" for wd in ("0.05", "0.3", "0.6")
 ]
+
+
+def decisions_of(sim: Sim) -> list[Decision]:
+    return [m for m in sim.log if isinstance(m, Decision)]
 
 
 def from_scratch(ladder: Ladder) -> Ladder:
@@ -75,3 +81,29 @@ def test_leaving_out_a_huge_spread_leaves_exactly_the_others(tmp_path: Path) -> 
     alone = others.noise_at(1, 0)
     assert alone.sigma is not None
     assert mixed.noise_at(1, 0, "idea-huge") == alone
+
+
+@pytest.mark.parametrize("size", [1e200, 1.7e308])
+def test_metrics_past_what_a_square_can_hold_are_decided_not_a_crash(
+    tmp_path: Path, size: float
+) -> None:
+    """A command target prints whatever number it likes: its spread overflowed the pooled
+    noise's squares and the ladder raised at every act, so a restart crashed again."""
+    sim = started(make_ladder(tmp_path))
+
+    def wild(spec: RunSpec, source: str) -> RunResult:
+        if spec.idea_id == "idea-wild":
+            return ok_result(spec, size if spec.seed % 2 else -size)
+        return ok_runner(spec, source)
+
+    sim.runner = wild
+    for i, change in enumerate(LOSERS):
+        sim.propose(f"idea-{i}", change)
+        sim.run_all()
+    sim.propose("idea-wild", "WD = 0.1->WD = 0.12")
+    sim.run_all()
+    sim.propose("idea-after", "WD = 0.1->WD = 0.9")
+    sim.run_all()
+    verdicts = {d.idea_id: d.verdict for d in decisions_of(sim)}
+    assert verdicts["idea-wild"] is Verdict.REJECT and verdicts["idea-after"] is Verdict.REJECT
+    assert sim.ladder.noise_at(1, 0).sigma is not None  # the others' noise still pools
