@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bus.fast_pickle import by_fields
 from bus.messages import Message
 from training.recipe_constants import Change
 
@@ -30,6 +31,7 @@ class Persona(enum.StrEnum):
     ABLATOR = "ablator"
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class Gain:
     """An idea's mean paired gain at one tier of one champion, from its final verdict there."""
@@ -44,6 +46,7 @@ class Gain:
     spot_check: bool = False
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class Finding:
     """What the swarm learned about one idea, as read from the event stream (the ledger's input)."""
@@ -77,6 +80,7 @@ class Proposal:
     parents: tuple[str, ...] = ()  # idea ids it builds on
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A run of some idea that did not produce a metric, and what its log said."""

@@ -37,6 +37,7 @@ class NatsBridge:
         self._replay: Replay | None = None
         self._batch: list[Message] = []
         self._last: tuple[int, str] | None = None  # the batch's last event, by stream seq
+        self._handled = 0  # the last stream seq handed over by the replay
         self._sending: set[asyncio.Task[None]] = set()
 
     @property
@@ -51,7 +52,8 @@ class NatsBridge:
         self._replay = await replay_events(
             js, BRIDGED_KINDS, self.max_bytes, self._forward, after, self._from_ledger
         )
-        if self._replay.done:  # nothing after it (or an empty stream)
+        # Nothing after it, or every event to read came while the replay was being set up.
+        if self._replay.done or self._replay.caught_up(self._handled):
             self.caught_up.set()
 
     async def _from_ledger(self, after: int, before: int) -> list[tuple[int, Message]]:
@@ -67,6 +69,7 @@ class NatsBridge:
             self._batch.append(message)
             self._last = (seq, event_key(message.KIND, message.event_id))
             self.forwarded += 1
+        self._handled = max(self._handled, seq)
         if self._replay is not None and self._replay.caught_up(seq):
             self.caught_up.set()
 

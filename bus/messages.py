@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
 
+from bus.fast_pickle import by_fields
+
 # The messages' schema version, major.minor (the codec's envelope carries both; bus/codec.py).
 # A minor version only adds optional fields, so a reader of an older minor version ignores what
 # it does not know (the ledger keeps it); a major version changes what fields mean. Bump the
@@ -398,3 +400,5 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         StrategyVersion,
     )
 }
+for _cls in MESSAGE_TYPES.values():
+    by_fields(_cls)  # snapshots hold them by the hundred thousand (bus/fast_pickle.py)

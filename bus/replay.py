@@ -1,10 +1,12 @@
 """Reading the event stream from its first event, then live: how a restarted ladder rebuilds its
 state and how agents joining late learn the swarm's history.
 
-An ordered consumer on SWARM_EVENTS delivers every event in stream order. `handle` gets each one
-with its stream sequence: the decoded message for the wanted kinds, None for other kinds and for
-undecodable events (the ledger keeps those as dead letters), so the reader always knows where
-it is. It has caught up once it has handled the sequence that was last when it started.
+An ordered consumer on SWARM_EVENTS delivers the events of the kinds the reader folds, in stream
+order; the server leaves the other kinds out (a third of a swarm's events are traces and agent
+events no reader here folds, and each delivered event costs its reader about 70 µs). `handle`
+gets each one with its stream sequence: the decoded message, or None for an undecodable event
+(the ledger keeps those as dead letters), so the reader always knows where it is. It has caught
+up once it has handled the last event of its kinds that the stream held when it started.
 
 With retention on, the stream may no longer hold the first events a reader needs; `fill` then
 gives them from the ledger, which stored each before the stream let it go
@@ -17,16 +19,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from bus.codec import CodecError, decode
 from bus.messages import Message
-from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject
+from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, PREFIX, event_subject
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class EventsPurged(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Replay:
     subscription: Subscription
-    start_seq: int  # the stream's last event when the replay began (0: it was empty)
+    start_seq: int  # the last event of its kinds when the replay began (0: none)
     after: int = 0  # the stream was read from the event after this one
 
     @property
@@ -66,19 +68,9 @@ async def replay_events(
     """Replay from the first event, or from the one after sequence `after` (a reader that has
     folded the events up to it already: a snapshot). Events before the stream's first one come
     from `fill`; without one, EventsPurged."""
-    first_seen: list[int] = []
 
     async def deliver(msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
-        if not first_seen:
-            first_seen.append(seq)
-            if seq > after + 1:  # purged between the check below and the subscription
-                log.error(
-                    "events %d..%d left the stream while this process started: its state "
-                    "misses them; restart it (it reads them from the ledger then)",
-                    after + 1,
-                    seq - 1,
-                )
         message = None
         if msg.subject.rpartition(".")[2] in kinds:
             with contextlib.suppress(CodecError):
@@ -100,17 +92,34 @@ async def replay_events(
         for seq, message in await fill(after, state.first_seq):
             await handle(message if message.KIND in kinds else None, seq)
         after = state.first_seq - 1
-    start_seq = state.last_seq
-    where: dict[str, Any] = {"deliver_policy": DeliverPolicy.ALL}
+    start_seq = await _last_of(js, kinds) if state.last_seq else 0
+    config = ConsumerConfig(filter_subjects=[f"{PREFIX}.events.{kind}" for kind in sorted(kinds)])
     if after:
-        start = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE)
-        start.opt_start_seq = after + 1
-        where = {"config": start}
+        config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = after + 1
     subscription = await js.subscribe(
         EVENTS_SUBJECTS,
         stream=EVENTS_STREAM,  # named: no lookup by subject (one request, one permission less)
         ordered_consumer=True,
         cb=deliver,
-        **where,
+        config=config,
     )
+    first = (await js.stream_info(EVENTS_STREAM)).state.first_seq
+    if first > after + 1 and start_seq:  # purged between the check above and the subscription
+        log.error(
+            "events %d..%d left the stream while this process started: its state may miss "
+            "them; restart it (it reads them from the ledger then)",
+            after + 1,
+            first - 1,
+        )
     return Replay(subscription, start_seq, after)
+
+
+async def _last_of(js: JetStreamContext, kinds: frozenset[str]) -> int:
+    """The stream sequence of the last event of any of `kinds` (0: none)."""
+    last = 0
+    for kind in kinds:
+        with contextlib.suppress(NotFoundError):
+            msg = await js.get_msg(EVENTS_STREAM, subject=f"{PREFIX}.events.{kind}")
+            last = max(last, msg.seq or 0)
+    return last

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from bus.fast_pickle import by_fields
+
 SIGNIFICANT_DIGITS = 2
 CONTEXT_TOKENS = 2  # unchanged tokens kept on each side of a change: enough to say where
 _GAP = "=…"  # stands for the unchanged tokens left out between two changes
@@ -65,6 +67,7 @@ _TOKEN = re.compile(
 _QUOTE = re.compile(r"^([a-zA-Z]*)('''|\"\"\"|'|\")")
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class PatchChange:
     """What a patch changes, normalised: `-`/`+` tokens removed/added, `=` context around."""

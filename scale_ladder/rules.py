@@ -52,6 +52,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from bus.fast_pickle import by_fields
 from bus.messages import Verdict
 
 MIN_PAIRS_FOR_POOLED_SIGMA = 6
@@ -114,6 +115,7 @@ def paired_gains(evidence: Evidence) -> list[float]:
     return [sign * (evidence.baseline[s] - evidence.idea[s]) for s in seeds]
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class Noise:
     """Totals behind a pooled σ_d: squared deviations of each idea's gains around its own mean,

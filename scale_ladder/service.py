@@ -102,6 +102,8 @@ class LadderService:
         requeue = asyncio.ensure_future(self._requeue_lost())
         await self._announce(AgentEventKind.JOINED, f"replaying {start_seq} events")
         try:
+            if self.caught_up.is_set():  # nothing to read first: act now, not at the first tick
+                await self._act()
             stopper = asyncio.ensure_future(stop.wait())
             while not stop.is_set():
                 getter = asyncio.ensure_future(self._inbox.get())

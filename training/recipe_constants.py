@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from bus.fast_pickle import by_fields
+
 Value: TypeAlias = int | float | bool | str | tuple[float, ...]
 
 CONSTANT_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # a dial anywhere at module level
@@ -49,6 +51,7 @@ class Constant:
     declaration: str = ""  # what follows `search:` in the comment (agents/search_space.py)
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class Change:
     name: str
