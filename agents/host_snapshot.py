@@ -130,6 +130,7 @@ class Snapshots:
         self.interval_s = interval_s
         self.stream = stream
         self.written_at = time.monotonic()
+        self.took_s = 0.0  # how long the last write took
 
     def write_if_due(
         self,
@@ -139,7 +140,8 @@ class Snapshots:
         team: list[Researcher],
         now: bool = False,
     ) -> bool:
-        due = now or time.monotonic() - self.written_at >= self.interval_s
+        wait = max(self.interval_s, snapshot_file.COST_SHARE * self.took_s)
+        due = now or time.monotonic() - self.written_at >= wait
         at = checkpoint_of(history, budget, book)
         if self.path is None or not due or at is None or not self.stream:
             return False
@@ -149,4 +151,6 @@ class Snapshots:
         except Exception as exc:  # a full disk: the next start replays more, nothing is lost
             log.warning("could not write the agents snapshot %s: %s", self.path, exc)
             return False
+        finally:
+            self.took_s = time.monotonic() - self.written_at
         return True

@@ -45,6 +45,10 @@ from bus.messages import MESSAGE_TYPES, SCHEMA_MINOR, SCHEMA_VERSION, event_key
 from bus.subjects import EVENTS_STREAM
 
 SCHEMA = f"{SCHEMA_VERSION}.{SCHEMA_MINOR}"
+# A snapshot is written in the event loop and holds it meanwhile (3 s for a 1M-event ladder):
+# the next one waits at least this many times as long as the last one took, so writing them
+# never takes more than a tenth of a process's time, whatever the interval.
+COST_SHARE = 10.0
 
 
 class Stale(Exception):

@@ -60,6 +60,14 @@ def job_subject(tier: int) -> str:
     return f"{PREFIX}.jobs.tier{tier}"
 
 
+def event_size_limit(max_msg_bytes: int) -> int:
+    """The largest event the stream takes: a bus message less room for the ledger to send it
+    back as an Arrow row in one reply (ledger/remote_events.py reads purged events so; a row is
+    a few KB larger than its JSON, and an event that filled a whole message could never be read
+    back once retention purged it)."""
+    return max_msg_bytes - max(8 * 1024, min(64 * 1024, max_msg_bytes // 8))
+
+
 def stream_configs(max_msg_bytes: int) -> list[StreamConfig]:
     return [
         StreamConfig(
@@ -68,7 +76,7 @@ def stream_configs(max_msg_bytes: int) -> list[StreamConfig]:
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
             duplicate_window=DUPLICATE_WINDOW_S,
-            max_msg_size=max_msg_bytes,
+            max_msg_size=event_size_limit(max_msg_bytes),
         ),
         StreamConfig(
             name=JOBS_STREAM,

@@ -111,6 +111,14 @@ class LedgerStore:
             self._write([(letter, None) for letter in refused])
         return refused
 
+    def keep(self, events: Sequence[tuple[int, str, bytes, str]]) -> None:
+        """Keep events as the stream held them: (stream seq, subject, bytes, why)."""
+        if events:
+            self.con.executemany(
+                "INSERT INTO kept_events VALUES (?, ?, ?, ?, now()) ON CONFLICT DO NOTHING",
+                [list(e) for e in events],
+            )
+
     def _write(self, messages: Iterable[tuple[Message, int | None]]) -> None:
         by_kind: dict[str, dict[str, tuple[Message, int | None]]] = {}
         for message, seq in messages:

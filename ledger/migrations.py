@@ -36,6 +36,17 @@ NEWER_FIELDS_DDL = """CREATE TABLE IF NOT EXISTS newer_fields (
     PRIMARY KEY (table_name, row_key)
 )"""
 
+# Events whose rows do not give them back as they were (a value the table cannot hold: a NUL
+# in a string, a timestamp past its range), kept as their stream bytes: retention purges events
+# from the stream, and readers then read them back from the ledger (ledger/remote_events.py).
+KEPT_EVENTS_DDL = """CREATE TABLE IF NOT EXISTS kept_events (
+    stream_seq BIGINT PRIMARY KEY,
+    subject VARCHAR,
+    data BLOB,  -- the event as the stream held it
+    reason VARCHAR,
+    ingested_at TIMESTAMP
+)"""
+
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 
 
@@ -43,8 +54,15 @@ def _newer_fields(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(NEWER_FIELDS_DDL)
 
 
+def _kept_events(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(KEPT_EVENTS_DDL)
+
+
 # (name, what it does), in the order they apply; a name never changes once released.
-MIGRATIONS: tuple[tuple[str, Migration], ...] = (("0001-newer-fields", _newer_fields),)
+MIGRATIONS: tuple[tuple[str, Migration], ...] = (
+    ("0001-newer-fields", _newer_fields),
+    ("0002-kept-events", _kept_events),
+)
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:

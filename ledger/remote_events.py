@@ -10,11 +10,14 @@ messages they were made from (ledger/readback.py, which `swarm audit` uses on th
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from nats.aio.client import Client
 
+from bus.codec import CodecError, decode
 from bus.messages import Message
+from bus.subjects import event_subject
 from ledger.readback import select_list, to_message
 from ledger.schema import TABLES
 from ledger.sql_protocol import SqlError, ask
@@ -23,12 +26,18 @@ PAGE_ROWS = 1000  # rows per request; fewer when the ledger cuts a reply to fit 
 
 
 async def ledger_events(
-    nc: Client, kinds: Iterable[str], after: int, before: int, timeout_s: float = 30.0
+    nc: Client,
+    kinds: Iterable[str],
+    after: int,
+    before: int,
+    timeout_s: float = 30.0,
+    max_bytes: int = 64 * 1024 * 1024,
 ) -> list[tuple[int, Message]]:
     """(stream seq, message) of the stored events of `kinds` with after < seq < before, in
     stream order."""
+    kinds = set(kinds)
     found: list[tuple[int, Message]] = []
-    for kind in sorted(set(kinds) & TABLES.keys()):
+    for kind in sorted(kinds & TABLES.keys()):
         table = TABLES[kind]
         columns, _ = await ask(
             nc,
@@ -52,5 +61,34 @@ async def ledger_events(
                 low = seq
             if rows.num_rows < PAGE_ROWS and not cut:
                 break
+    kept = await _kept(nc, after, before, timeout_s, max_bytes)
+    found = [(seq, m) for seq, m in found if seq not in kept]
+    found += [(seq, m) for seq, m in kept.items() if m is not None and m.KIND in kinds]
     found.sort(key=lambda item: item[0])
     return found
+
+
+async def _kept(
+    nc: Client, after: int, before: int, timeout_s: float, max_bytes: int
+) -> dict[int, Message | None]:
+    """The events the ledger kept as the stream held them (their rows would not give them back
+    as they were: ledger/migrations.py), decoded as a reader of the stream decodes them."""
+    kept: dict[int, Message | None] = {}
+    low = after
+    while True:
+        rows, cut = await ask(
+            nc,
+            f"SELECT stream_seq, subject, data FROM kept_events WHERE stream_seq > {low} "
+            f"AND stream_seq < {before} ORDER BY stream_seq LIMIT {PAGE_ROWS}",
+            timeout_s,
+        )
+        for row in rows.to_pylist():
+            low = row["stream_seq"]
+            message = None
+            with contextlib.suppress(CodecError):
+                message = decode(row["data"], max_bytes)
+            if message is not None and row["subject"] != event_subject(message):
+                message = None  # as bus/replay.py: not on its own kind's subject
+            kept[low] = message
+        if rows.num_rows < PAGE_ROWS and not cut:
+            return kept

@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 
 from bus.codec import CodecError, decode_versioned
 from bus.dead_letters import dead_letter
-from bus.messages import Message
+from bus.messages import DeadLetter, Message, event_key
 from bus.subjects import (
     EVENTS_STREAM,
     LEDGER_CONSUMER,
@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 # Snapshots wait at least this many times as long as the last one took.
 SNAPSHOT_SHARE = 10.0
+
+# Replies go to requesters' inboxes only (nats-py's request/reply uses this prefix).
+REPLY_PREFIX = "_INBOX."
 
 # Room left in a reply for headers and framing when fitting an Arrow payload under max_payload.
 REPLY_HEADROOM_BYTES = 4096
@@ -160,6 +163,8 @@ class LedgerService:
         refused = await loop.run_in_executor(self._writer, write)
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
+        unfaithful = _unfaithful(batch, seqs, messages, refused)
+        await loop.run_in_executor(self._writer, self.store.keep, unfaithful)
         for msg, seq in zip(batch, seqs, strict=True):
             if seq is not None:  # not a reply to whatever a sender put in `reply`
                 await msg.ack()
@@ -196,7 +201,10 @@ class LedgerService:
         task.add_done_callback(self._answering.discard)
 
     async def _answer_sql(self, msg: Msg) -> None:
-        if not msg.reply:
+        if not msg.reply.startswith(REPLY_PREFIX):
+            # The server lets the ledger answer on any reply subject a request names: one
+            # naming the champion bucket or a job subject would have the ledger write there.
+            log.warning("SQL request with reply subject %r refused: not an inbox", msg.reply[:200])
             return
         try:
             request = SqlRequest.decode(msg.data)
@@ -248,6 +256,24 @@ class LedgerService:
             self.store.snapshot(self.options.snapshot_dir)
         except OSError as exc:
             log.warning("final snapshot failed: %s", exc)
+
+
+def _unfaithful(
+    batch: list[Msg], seqs: list[int | None], messages: list[Message], refused: list[DeadLetter]
+) -> list[tuple[int, str, bytes, str]]:
+    """The events of a batch whose rows would not give them back as they were: refused by the
+    store (kept as a dead letter only), or holding a NUL (stored as the text \\x00)."""
+    refused_ids = {letter.dead_letter_id for letter in refused}
+    kept = []
+    for msg, seq, message in zip(batch, seqs, messages, strict=True):
+        if seq is None or isinstance(message, DeadLetter):
+            continue  # never an event a reader folds
+        key = f"dl-ledger-{event_key(message.KIND, message.event_id)}"
+        if key in refused_ids:
+            kept.append((seq, msg.subject, msg.data, "cannot store its row"))
+        elif b"\\u0000" in msg.data:
+            kept.append((seq, msg.subject, msg.data, "a NUL in a string"))
+    return kept
 
 
 def _stream_seq(msg: Msg) -> int | None:

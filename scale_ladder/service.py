@@ -86,6 +86,7 @@ class LadderService:
         self._echoes: set[str] = set()  # events it published, not yet read back from the stream
         self._checkpoint: tuple[int, str] | None = None  # the last event folded in, by seq
         self._snapshot_at = time.monotonic()
+        self._snapshot_s = 0.0  # how long the last snapshot took to write
 
     async def run(self, stop: asyncio.Event) -> None:
         self._stop = stop
@@ -170,7 +171,8 @@ class LadderService:
         acknowledged but has not delivered back (it may lose it: a crash before its disk
         sync) exist in the state only, and a snapshot would keep them from ever being sent."""
         path = self.options.snapshot_path
-        due = time.monotonic() - self._snapshot_at >= self.options.snapshot_interval_s
+        wait = max(self.options.snapshot_interval_s, snapshot_file.COST_SHARE * self._snapshot_s)
+        due = time.monotonic() - self._snapshot_at >= wait
         unsent = self._held or self._gave_up or self._publishing or self._echoes
         if path is None or not due or not self.caught_up.is_set() or unsent or not self._checkpoint:
             return
@@ -181,6 +183,7 @@ class LadderService:
             snapshot.save(path, snapshot.Snapshot(self.ladder, checkpoint, frozenset(self._specs)))
         except Exception as exc:  # a full disk: the next start replays more, nothing is lost
             log.warning("could not write the ladder snapshot %s: %s", path, exc)
+        self._snapshot_s = time.monotonic() - self._snapshot_at
 
     async def _requeue_lost(self) -> None:
         """Once caught up, put back the jobs of runs that have no result and are not on the

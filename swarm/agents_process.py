@@ -72,6 +72,10 @@ async def run_agents(
         logging.getLogger(sdk).setLevel(logging.WARNING)
     check_llm(config, workspace, count)
     options = host_options(config, workspace, count, name_prefix)
+    # A host joining from another machine may have no workspace yet: its snapshot's folder,
+    # private (the snapshot is a pickle it loads).
+    workspace.run_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workspace.run_dir, 0o700)
     stop = asyncio.Event()
     stop_on_signals(stop)
     nc = await connect(settings, f"agents-{os.getpid()}", config.bus.connect_timeout_s)

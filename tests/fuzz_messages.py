@@ -300,12 +300,13 @@ class Fuzzer:
             "non_utf8": non_utf8,
         }
 
-    def oversized(self, subject: str, kind: str) -> list[Bad]:
-        """Two just under the bus limit (consumers refuse them), one over it (the bus does)."""
+    def oversized(self, subject: str, kind: str, limit: int = MAX_PAYLOAD) -> list[Bad]:
+        """Two just under the stream's limit (consumers refuse them), one over it (the bus
+        does)."""
         head = b'{"kind":"' + kind.encode() + b'","v":1,"data":{"pad":"'
-        under = head + b"x" * (MAX_PAYLOAD - 64 - len(head)) + b'"}}'
+        under = head + b"x" * (limit - 64 - len(head)) + b'"}}'
         return [
             Bad("oversized", subject, under, "unknown fields"),
-            Bad("oversized", subject, self.rng.randbytes(MAX_PAYLOAD - 64), "not UTF-8|not JSON"),
-            Bad("over_limit", subject, b"x" * (MAX_PAYLOAD + 1), ""),
+            Bad("oversized", subject, self.rng.randbytes(limit - 64), "not UTF-8|not JSON"),
+            Bad("over_limit", subject, b"x" * (limit + 1), ""),
         ]

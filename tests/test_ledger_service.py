@@ -122,3 +122,18 @@ async def test_snapshots_appear(nc: Client, ledger: LedgerService, tmp_path: Pat
         return (tmp_path / "snapshots" / "runs.parquet").exists() and await _has(nc, 1)
 
     await wait_for_async(snapped, 10)
+
+
+async def test_answers_go_only_to_an_inbox(nc: Client, ledger: LedgerService) -> None:
+    """The server lets the ledger answer on whatever reply subject a request names, and any
+    role that may ask (researchers too, for the events retention purged) could name the
+    champion bucket or a job subject: the ledger would have written its answer there."""
+    js = nc.jetstream()
+    body = json.dumps({"sql": "select 1 as one"}).encode()
+    for target in ("swarm.jobs.tier0", "swarm.events.decision", "$KV.SWARM_CHAMPIONS.current"):
+        await nc.publish(SQL_SUBJECT, body, reply=target)
+    answer = await ask_ledger(nc, "select 1 as one", 5)  # an inbox: answered as ever
+    assert answer.table.column("one").to_pylist() == [1]
+    await asyncio.sleep(0.3)
+    for stream in ("SWARM_JOBS", "SWARM_EVENTS"):
+        assert (await js.stream_info(stream)).state.messages == 0

@@ -22,6 +22,7 @@ from bus.messages import Idea, Message
 from bus.nats_bus import publish_event
 from bus.replay import EventsPurged, replay_events
 from bus.subjects import EVENTS_STREAM, LEDGER_CONSUMER
+from ledger.remote_events import ledger_events
 from ledger.retention import Retention, purge_once, stored_at
 from ledger.service import LedgerService
 from scale_ladder.ladder import Ladder
@@ -177,3 +178,26 @@ def test_server_timestamps_read_as_epoch_seconds() -> None:
 
 async def _never(batch: object) -> None:
     await asyncio.Event().wait()
+
+
+async def test_events_whose_rows_would_change_them_come_back_as_they_were(
+    nc: Client, ledger: LedgerService
+) -> None:
+    """A NUL in a string is stored as the text \\x00, and a timestamp past a TIMESTAMP's range
+    is no row at all (a dead letter): the ledger keeps such events as the stream's bytes, so a
+    reader of a purged stream gets them as a reader of the whole stream did."""
+    events: list[Message] = [
+        Idea("idea-far", AUTHOR, "from the far future", "", 1, created_at=1e13),
+        Idea("idea-nul", AUTHOR, "raise\x00lr", "", 1),
+        Idea("idea-plain", AUTHOR, "plain", "", 1),
+    ]
+    await publish(nc, events)
+    await stored_through(nc, 3)
+    await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+    assert await first_seq(nc) == 4
+    back = await ledger_events(nc, {"idea"}, 0, 4)
+    assert [seq for seq, _ in back] == [1, 2, 3]
+    assert [message for _, message in back[:2]] == events[:2]  # exactly: their stream bytes
+    plain = back[2][1]  # a row: timestamps to the microsecond, the rest as it was
+    assert isinstance(plain, Idea) and abs(plain.created_at - events[2].created_at) < 1e-6
+    assert dataclasses.replace(plain, created_at=events[2].created_at) == events[2]
