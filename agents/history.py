@@ -49,6 +49,15 @@ class Notice:
     new_champion: bool = False  # a ChampionChange beyond every champion folded before it
 
 
+@dataclass(frozen=True, slots=True)
+class _Proposed:
+    """What folding an own idea added to the history, undone if it is never sent."""
+
+    version: int
+    tried: frozenset[str]  # recipe fingerprints new to that version
+    looked: tuple[str, int, int] | None  # a second look's key, if new
+
+
 class History:
     """What the swarm learned, folded in stream order. A decision that arrives before its idea
     waits for it. An idea proposed on this host enters when it is proposed (its author folds
@@ -71,9 +80,10 @@ class History:
         # events shares one instead of copying every finding per proposal.
         self._findings_snapshot: tuple[Finding, ...] | None = None
         self._tried_snapshots: dict[int, frozenset[str]] = {}
-        # This host's own ideas folded before the stream brought them back: a snapshot is never
-        # taken while there are any (agents/host_snapshot.py), as one may never be sent.
-        self.unconfirmed: dict[str, None] = {}
+        # This host's own ideas folded before the stream brought them back, with what folding
+        # them added (_Proposed): a snapshot is never taken while there are any
+        # (agents/host_snapshot.py), as one may never be sent.
+        self.unconfirmed: dict[str, _Proposed] = {}
         self.checkpoint: tuple[int, str] | None = None  # the last event folded, by stream seq
 
     @property
@@ -115,19 +125,39 @@ class History:
             return [Notice(message.agent, message)]
         return []
 
-    def propose(self, idea: Idea) -> list[Notice]:
-        """Fold an idea of this host's own as it is proposed, before the stream brings it."""
+    def propose(self, idea: Idea, recipe_fingerprint: str) -> list[Notice]:
+        """Fold an idea of this host's own as it is proposed, before the stream brings it:
+        its recipe is tried from now on (its author must never propose it twice, and the host's
+        other researchers need not either)."""
+        version = idea.champion_version
+        fingerprints = {recipe_fingerprint}
+        base = self.sources.get(version)
+        if base is not None:
+            fingerprints.add(_read_patch(base, idea.patch, self.editable)[1])
+        looked = (idea.parent_ids[0], version, idea.entry_tier) if idea.parent_ids else None
+        added = _Proposed(
+            version,
+            frozenset(f for f in fingerprints if f not in self.tried[version]),
+            looked if idea.entry_tier and looked not in self.looked else None,
+        )
+        self.add_tried(version, recipe_fingerprint)
         notices = self.observe(idea)
         if idea.idea_id in self._findings:
-            self.unconfirmed[idea.idea_id] = None
+            self.unconfirmed[idea.idea_id] = added
         return notices
 
     def release(self, idea_id: str) -> None:
-        """An own idea that was never sent: out of the history, as if never proposed."""
-        if idea_id in self.unconfirmed:
-            del self.unconfirmed[idea_id]
-            del self._findings[idea_id]
-            self._findings_snapshot = None
+        """An own idea that was never sent: out of the history, with what folding it added, as
+        if never proposed (a full replay never sees it)."""
+        added = self.unconfirmed.pop(idea_id, None)
+        if added is None:
+            return
+        del self._findings[idea_id]
+        self._findings_snapshot = None
+        self.tried[added.version] -= added.tried
+        self._tried_snapshots.pop(added.version, None)
+        if added.looked is not None:
+            self.looked.discard(added.looked)
 
     def _set(self, finding: Finding) -> None:
         self._findings[finding.idea_id] = finding
@@ -145,7 +175,11 @@ class History:
         return [Notice(EVERYONE, change, new_champion=new)]
 
     def _on_idea(self, idea: Idea) -> list[Notice]:
-        self.unconfirmed.pop(idea.idea_id, None)  # back from the stream, if it was ours
+        if self.unconfirmed.pop(idea.idea_id, None) is not None:
+            # Back from the stream: it takes its place in stream order, as a replay has it.
+            self._findings[idea.idea_id] = self._findings.pop(idea.idea_id)
+            self._findings_snapshot = None
+            return []
         if idea.idea_id in self._findings or idea.target != self.target:
             return []
         if idea.entry_tier and idea.parent_ids:

@@ -131,21 +131,18 @@ def make_team(options: HostOptions, history: History | None = None) -> Team:
             persona = options.personas[i % len(options.personas)]
             modelled = group.brain in (*MODEL_BRAINS, "portfolio")
             brain: Brain
+            name = researcher_name(options.name_prefix, i, group.brain, persona)
             if group.brain in MODEL_BRAINS:
-                name = f"{options.name_prefix}-{i}-{group.brain}"
                 brain = ModelBrain(search(group.brain))
             elif group.brain == "heuristic":
-                name = f"{options.name_prefix}-{i}-{persona.value}"
                 brain = OfflineBrain(HeuristicBrain(persona, options.seed + i))
             elif group.brain == "portfolio":  # TPE's study is the host's, as for tpe researchers
-                name = f"{options.name_prefix}-{i}-portfolio-{persona.value}"
                 arms: dict[str, Brain] = {
                     "tpe": ModelBrain(search("tpe")),
                     "heuristic": OfflineBrain(HeuristicBrain(persona, options.seed + i)),
                 }
                 brain = PortfolioBrain(arms, options.seed + i, proposed_by)
             else:
-                name = f"{options.name_prefix}-{i}-{group.brain}-{persona.value}"
                 brain = LlmBrain(persona, _settings(group.brain, options, team, settings))
             team.researchers.append(
                 Researcher(
@@ -169,6 +166,27 @@ def make_team(options: HostOptions, history: History | None = None) -> Team:
             f"{options.name_prefix}-meta", meta_settings, options.meta_min_outcomes
         )
     return team
+
+
+def researcher_name(prefix: str, i: int, brain: str, persona: Persona) -> str:
+    if brain in MODEL_BRAINS:
+        return f"{prefix}-{i}-{brain}"
+    if brain == "heuristic":
+        return f"{prefix}-{i}-{persona.value}"
+    if brain == "portfolio":
+        return f"{prefix}-{i}-portfolio-{persona.value}"
+    return f"{prefix}-{i}-{brain}-{persona.value}"
+
+
+def team_names(options: HostOptions) -> tuple[str, ...]:
+    """The names make_team gives the host's researchers, in order."""
+    groups = options.groups or (BrainGroup("tpe", options.count),)
+    brains = [g.brain for g in groups for _ in range(g.count)]
+    personas = options.personas
+    return tuple(
+        researcher_name(options.name_prefix, i, b, personas[i % len(personas)])
+        for i, b in enumerate(brains)
+    )
 
 
 def _settings(
@@ -255,7 +273,9 @@ async def _restore(
     if path is None:
         return None
     try:
-        state = host_snapshot.load(path, options.editable, options.target, stream, last_seq)
+        state = host_snapshot.load(
+            path, options.editable, options.target, team_names(options), stream, last_seq
+        )
         seq, event = state.history.checkpoint or (0, "")
         checkpoint = snapshot_file.Checkpoint(seq, event, stream)
         if not await snapshot_file.checkpoint_stands(js, checkpoint, options.max_message_bytes):

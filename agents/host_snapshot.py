@@ -62,8 +62,10 @@ def checkpoint_of(
     history: History, budget: LlmBudget, book: StrategyBook | None
 ) -> tuple[int, str] | None:
     """The event the host's state is folded up to, if it can be snapshotted now (see above)."""
-    if history.unconfirmed or history.checkpoint is None:
+    if history.unconfirmed or history.checkpoint is None or budget.unsent:
         return None
+    if book is not None and book.unsent:
+        return None  # a strategy version of its own may never be sent
     if book is not None and budget.checkpoint != history.checkpoint:
         return None  # the accounts stand at another batch: wait for them
     return history.checkpoint
@@ -103,10 +105,18 @@ def save(path: Path, state: HostState, checkpoint: Checkpoint) -> None:
     snapshot_file.save(path, snapshot_file.header_of(FORMAT, STATE_CLASSES, checkpoint), state)
 
 
-def load(path: Path, editable: str, target: str, stream: str, last_seq: int) -> HostState:
+def load(
+    path: Path,
+    editable: str,
+    target: str,
+    team: tuple[str, ...],
+    stream: str,
+    last_seq: int,
+) -> HostState:
     """The state at `path`, if it can stand for a full replay of the stream created at
-    `stream`, now at `last_seq`, for a host of `editable` and `target`; else Stale saying why
-    (FileNotFoundError: none). Its History's checkpoint is the snapshot's."""
+    `stream`, now at `last_seq`, for a host of `editable` and `target` whose researchers are
+    `team`; else Stale saying why (FileNotFoundError: none). Its History's checkpoint is the
+    snapshot's."""
     header = snapshot_file.read_header(path)
     if header is None:
         raise FileNotFoundError(path)
@@ -117,6 +127,8 @@ def load(path: Path, editable: str, target: str, stream: str, last_seq: int) -> 
     history = state.history
     if (history.editable, history.target) != (editable, target):
         raise Stale(f"folded for {history.target} ({history.editable}), this host is {target}")
+    if tuple(state.memories) != team:  # a replay tells every researcher about its own ideas
+        raise Stale(f"its researchers were {len(state.memories)}, now {len(team)} (or renamed)")
     if history.checkpoint != (checkpoint.seq, checkpoint.event):
         raise Stale("its state and its header name different events")
     return state

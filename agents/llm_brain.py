@@ -59,7 +59,7 @@ class _Calls:
             self.agent, purpose, prompt, s.client, s.price, completion, status, error,
             self.trace_id, self.strategy_version,
         )  # fmt: skip
-        s.budget.observe(call)  # counted now, not when the bus brings it back
+        s.budget.observe(call, own=True)  # counted now, not when the bus brings it back
         self.records.append(prefix_record(prompt))
         self.calls.append(call)
 

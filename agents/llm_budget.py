@@ -23,8 +23,16 @@ class LlmBudget:
         self.by_agent: dict[str, float] = defaultdict(float)
         self._seen: set[str] = set()
         self.checkpoint: tuple[int, str] | None = None  # the last event folded, by stream seq
+        self.unsent: set[str] = set()  # own calls counted, not yet back from the stream
 
-    def observe(self, call: LlmCall) -> None:
+    def observe(self, call: LlmCall, own: bool = False) -> None:
+        """Count a call: one of this host's as it is made (`own`), any as the stream brings
+        it (counted once). An own call not yet back from the stream keeps the host from
+        snapshotting (agents/host_snapshot.py): it may never be sent."""
+        if own:
+            self.unsent.add(call.call_id)
+        else:
+            self.unsent.discard(call.call_id)
         if call.call_id in self._seen:
             return
         self._seen.add(call.call_id)

@@ -122,7 +122,7 @@ class MetaAgent:
         call = call_record(
             self.name, "meta", prompt, s.client, s.price, completion, status, error, strategy_id
         )
-        s.budget.observe(call)
+        s.budget.observe(call, own=True)
         return call
 
     def _records(self, prompt: Prompt, call: LlmCall) -> tuple[Message, ...]:

@@ -347,13 +347,12 @@ class Researcher:
         )
         # Into the history now, not when the bus brings the idea back: its author must never
         # propose it twice, and the host's other researchers need not either.
-        self.history.add_tried(version, fingerprint(proposal.source))
         self.in_flight.add(idea_id)
         if entry_tier:
             self.at_tier[idea_id] = entry_tier
         self.proposed += 1
         self.notes.append(f"proposed {idea_id} on v{version}: {_first_line(proposal.hypothesis)}")
-        for notice in self.history.propose(idea):  # a new id: no decision waits for it
+        for notice in self.history.propose(idea, fingerprint(proposal.source)):
             if notice.to == self.name:
                 self.hear(notice)
         return Step(trace, idea, attempt.records)

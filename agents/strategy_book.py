@@ -27,6 +27,7 @@ class StrategyBook:
         self.folder = folder
         self.seeds = seeds
         self.latest: dict[str, StrategyVersion] = {}
+        self.unsent: set[str] = set()  # own versions not yet back from the stream
 
     def path(self, agent: str) -> Path:
         return self.folder / f"{agent}.md"
@@ -43,7 +44,13 @@ class StrategyBook:
         self._write(path, text)
         return text
 
-    def observe(self, version: StrategyVersion) -> None:
+    def observe(self, version: StrategyVersion, own: bool = False) -> None:
+        """Know a version: one of this host's as it is made (`own`; it keeps the host from
+        snapshotting until the stream brings it back), any as the stream brings it."""
+        if own:
+            self.unsent.add(version.strategy_id)
+        else:
+            self.unsent.discard(version.strategy_id)
         known = self.latest.get(version.agent)
         if known is None or version.version > known.version:
             self.latest[version.agent] = version
@@ -65,13 +72,13 @@ class StrategyBook:
             author="initial" if known is None else "person",
             reason="its persona's strategy" if known is None else "the file was edited",
         )
-        self.observe(record)
+        self.observe(record, own=True)
         return number, record
 
     def rewrite(self, record: StrategyVersion) -> None:
         """The meta-agent's new version: on disk first, then known."""
         self._write(self.path(record.agent), record.text)
-        self.observe(record)
+        self.observe(record, own=True)
 
     def next_version(self, agent: str) -> int:
         known = self.latest.get(agent)

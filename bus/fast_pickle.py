@@ -18,20 +18,26 @@ T = TypeVar("T", bound=type)
 
 def by_fields(cls: T) -> T:
     """A class decorator: `cls` pickles as `cls(*field values)`. Every field must be one
-    `__init__` takes, in order (so a class with init=False fields keeps the default path)."""
+    `__init__` takes by position, in order (a class with init=False or keyword-only fields
+    keeps the default path); a subclass must be decorated too (pickling it as `cls` would
+    lose its own fields: it raises instead)."""
     fields = dataclasses.fields(cls)
-    if not fields or any(not f.init for f in fields):
+    if not fields or any(not f.init or f.kw_only for f in fields):
         return cls
     get = operator.attrgetter(*(f.name for f in fields))
     if len(fields) == 1:
 
         def reduce_one(self: Any) -> tuple[type, tuple[Any, ...]]:
+            if type(self) is not cls:
+                raise TypeError(f"{type(self).__name__} must be decorated with by_fields too")
             return cls, (get(self),)
 
         cls.__reduce__ = reduce_one  # type: ignore[method-assign, assignment]
         return cls
 
     def reduce(self: Any) -> tuple[type, tuple[Any, ...]]:
+        if type(self) is not cls:  # a subclass has fields of its own: it must say how
+            raise TypeError(f"{type(self).__name__} must be decorated with by_fields too")
         return cls, get(self)
 
     cls.__reduce__ = reduce  # type: ignore[method-assign, assignment]

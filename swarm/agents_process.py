@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import socket
@@ -54,7 +55,10 @@ def host_options(
 
 
 def _file_safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100] or "host"
+    """A file name for a host name: readable, and one of its own (two names that read alike,
+    `lab 1` and `lab_1`, must not share a snapshot)."""
+    readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40]
+    return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
 async def run_agents(

@@ -23,8 +23,20 @@ from agents.host import HostOptions, run_host
 from agents.host_snapshot import checkpoint_of
 from agents.llm_budget import LlmBudget
 from agents.researcher import Researcher
-from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
+from agents.strategy_book import StrategyBook
+from bus.messages import (
+    ChampionChange,
+    ChangeKind,
+    Idea,
+    LlmCall,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    StrategyVersion,
+)
 from bus.nats_bus import publish_event
+from swarm.agents_process import _file_safe
 from tests.ladder_sim import Sim, make_ladder, ok_runner, started
 
 AUTHOR = "h-0-explorer"  # the host's one researcher: prefix h, index 0, persona explorer
@@ -39,11 +51,11 @@ def crashing(spec: RunSpec, source: str) -> RunResult:
     return ok_runner(spec, source)
 
 
-def options(path: Path | None, target: str = "bytelm") -> HostOptions:
+def options(path: Path | None, target: str = "bytelm", count: int = 1) -> HostOptions:
     return HostOptions(
-        count=1, name_prefix="h", personas=(Persona.EXPLORER,), max_in_flight=2, seed=0,
+        count=count, name_prefix="h", personas=(Persona.EXPLORER,), max_in_flight=2, seed=0,
         editable="recipe.py", target=target, top_tier=1,
-        groups=(BrainGroup("heuristic", 1),), snapshot_path=path,
+        groups=(BrainGroup("heuristic", count),), snapshot_path=path,
     )  # fmt: skip
 
 
@@ -55,10 +67,12 @@ async def publish(nc: Client, messages: list[Message]) -> None:
         await publish_event(js, message)
 
 
-async def host_once(nc: Client, path: Path | None, target: str = "bytelm") -> Researcher:
+async def host_once(
+    nc: Client, path: Path | None, target: str = "bytelm", count: int = 1
+) -> Researcher:
     stop = asyncio.Event()
-    (researcher,) = await asyncio.wait_for(run_host(nc, options(path, target), stop), 60)
-    return researcher
+    team = await asyncio.wait_for(run_host(nc, options(path, target, count), stop), 60)
+    return team[0]
 
 
 def learned(r: Researcher) -> dict[str, object]:
@@ -128,24 +142,68 @@ async def test_a_snapshot_for_another_target_is_not_used(
     other = await host_once(nc, snap, target="other")
     assert any("not used, replaying the whole stream" in r.getMessage() for r in caplog.records)
     assert not other.history.findings  # bytelm's ideas are not the other target's
+    await host_once(nc, snap)  # writes a bytelm host's snapshot again
+    caplog.clear()
+    await host_once(nc, snap, count=2)  # a researcher more: its memory is a replay's to make
+    assert any("its researchers were 1, now 2" in r.getMessage() for r in caplog.records)
 
 
 def test_no_snapshot_while_an_own_idea_is_not_back_from_the_stream() -> None:
     history, budget = History("recipe.py", "bytelm"), LlmBudget()
     history.checkpoint = (7, "decision-x")
     assert checkpoint_of(history, budget, None) == (7, "decision-x")
-    history.sources[1] = "LR = 1.0\n"
-    history.propose(Idea("idea-mine", AUTHOR, "h", "", 1))
+    history.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "sha", source="LR = 1.0\n"))
+    before = {v: set(t) for v, t in history.tried.items()}
+    second_look = Idea("idea-mine", AUTHOR, "h", "", 1, parent_ids=("idea-old",), entry_tier=1)
+    history.propose(second_look, "fp-mine")
     assert checkpoint_of(history, budget, None) is None  # proposed, not yet read back
+    assert "fp-mine" in history.tried[1] and history.looked
     history.release("idea-mine")  # never sent: gone, as a full replay would have it
     assert "idea-mine" not in history.findings
+    assert {v: set(t) for v, t in history.tried.items()} == before  # its recipe is untried
+    assert not history.looked  # and the second look not taken
     assert checkpoint_of(history, budget, None) == (7, "decision-x")
 
 
-def test_the_accounts_must_stand_at_the_same_event() -> None:
+def test_an_own_idea_takes_its_place_in_stream_order_when_it_comes_back() -> None:
+    history = History("recipe.py", "bytelm")
+    history.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "sha", source="LR = 1.0\n"))
+    mine, other = Idea("idea-mine", AUTHOR, "h", "", 1), Idea("idea-other", "else", "h", "", 1)
+    history.propose(mine, "fp-mine")
+    history.observe(other)  # in the stream before mine
+    history.observe(mine)
+    assert list(history.findings) == ["idea-other", "idea-mine"]  # as a replay folds them
+
+
+def test_the_accounts_must_stand_at_the_same_event(tmp_path: Path) -> None:
     history, budget = History("recipe.py", "bytelm"), LlmBudget()
     history.checkpoint, budget.checkpoint = (9, "llm_call-b"), (8, "llm_call-a")
-    book = object()  # any book: the accounts agent folds
-    assert checkpoint_of(history, budget, book) is None  # type: ignore[arg-type]
+    book = StrategyBook(tmp_path / "strategies", tmp_path / "seeds")  # the accounts agent folds
+    assert checkpoint_of(history, budget, book) is None
     budget.checkpoint = (9, "llm_call-b")
-    assert checkpoint_of(history, budget, book) == (9, "llm_call-b")  # type: ignore[arg-type]
+    assert checkpoint_of(history, budget, book) == (9, "llm_call-b")
+
+
+def test_no_snapshot_while_an_own_llm_call_or_strategy_is_not_back(tmp_path: Path) -> None:
+    """Counted and known as they are made: a host stopped with the bus away would have
+    kept spend and versions the stream never had."""
+    history, budget = History("recipe.py", "bytelm"), LlmBudget()
+    book = StrategyBook(tmp_path / "strategies", tmp_path / "seeds")
+    history.checkpoint = budget.checkpoint = (9, "idea-x")
+    call = LlmCall(
+        "call-1", AUTHOR, "propose", "anthropic", "m", "ok", "p", "q", "", "", cost_usd=2.5
+    )
+    budget.observe(call, own=True)
+    assert checkpoint_of(history, budget, book) is None and budget.spent_usd == 2.5
+    budget.observe(call)  # back from the stream: counted once
+    assert checkpoint_of(history, budget, book) == (9, "idea-x") and budget.spent_usd == 2.5
+    version = StrategyVersion("strategy-a-v1", AUTHOR, 1, "text", "sha", "initial", "first")
+    book.observe(version, own=True)
+    assert checkpoint_of(history, budget, book) is None
+    book.observe(version)
+    assert checkpoint_of(history, budget, book) == (9, "idea-x")
+
+
+def test_host_names_that_read_alike_get_snapshots_of_their_own() -> None:
+    names = ["lab 1", "lab_1", "gpu:0", "gpu/0", "x" * 100 + "a", "x" * 100 + "b"]
+    assert len({_file_safe(n) for n in names}) == len(names)
