@@ -106,11 +106,13 @@ async def replay_events(
     )
     first = (await js.stream_info(EVENTS_STREAM)).state.first_seq
     if first > after + 1 and start_seq:  # purged between the check above and the subscription
-        log.error(
-            "events %d..%d left the stream while this process started: its state may miss "
-            "them; restart it (it reads them from the ledger then)",
-            after + 1,
-            first - 1,
+        # The consumer may have started past them: folding on would miss them for good. A
+        # restart (`swarm start` restarts its processes) reads them from the ledger.
+        with contextlib.suppress(Exception):
+            await subscription.unsubscribe()
+        raise EventsPurged(
+            f"events {after + 1}..{first - 1} left the stream while this process started "
+            "reading it; start it again (it reads them from the ledger then)"
         )
     return Replay(subscription, start_seq, after)
 
