@@ -10,9 +10,11 @@ messages they were made from (ledger/readback.py, which `swarm audit` uses on th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable
 
+import pyarrow as pa
 from nats.aio.client import Client
 
 from bus.codec import CodecError, decode
@@ -20,9 +22,11 @@ from bus.messages import Message
 from bus.subjects import event_subject
 from ledger.readback import select_list, to_message
 from ledger.schema import TABLES
-from ledger.sql_protocol import SqlError, ask
+from ledger.sql_protocol import LedgerUnavailable, SqlError, ask
 
 PAGE_ROWS = 1000  # rows per request; fewer when the ledger cuts a reply to fit a bus message
+# At a swarm's start the ladder and the hosts may ask before the ledger answers: they wait.
+LEDGER_WAIT_S = 60.0
 
 
 async def ledger_events(
@@ -39,7 +43,7 @@ async def ledger_events(
     found: list[tuple[int, Message]] = []
     for kind in sorted(kinds & TABLES.keys()):
         table = TABLES[kind]
-        columns, _ = await ask(
+        columns, _ = await _ask(
             nc,
             f"SELECT column_name FROM information_schema.columns WHERE table_name = '{table.name}'",
             timeout_s,
@@ -47,7 +51,7 @@ async def ledger_events(
         select = select_list(table, set(columns.column("column_name").to_pylist()))
         low = after
         while True:
-            rows, cut = await ask(
+            rows, cut = await _ask(
                 nc,
                 f"SELECT {select} FROM {table.name} WHERE stream_seq > {low} "
                 f"AND stream_seq < {before} ORDER BY stream_seq LIMIT {PAGE_ROWS}",
@@ -68,6 +72,20 @@ async def ledger_events(
     return found
 
 
+async def _ask(nc: Client, sql: str, timeout_s: float) -> tuple[pa.Table, bool]:
+    """One request, asked again while no ledger answers (it is starting or restarting), for up
+    to LEDGER_WAIT_S."""
+    waited, pause = 0.0, 0.25
+    while True:
+        try:
+            return await ask(nc, sql, timeout_s)
+        except LedgerUnavailable:
+            if waited >= LEDGER_WAIT_S:
+                raise
+            await asyncio.sleep(pause)
+            waited, pause = waited + pause, min(pause * 2, 5.0)
+
+
 async def _kept(
     nc: Client, after: int, before: int, timeout_s: float, max_bytes: int
 ) -> dict[int, Message | None]:
@@ -76,7 +94,7 @@ async def _kept(
     kept: dict[int, Message | None] = {}
     low = after
     while True:
-        rows, cut = await ask(
+        rows, cut = await _ask(
             nc,
             f"SELECT stream_seq, subject, data FROM kept_events WHERE stream_seq > {low} "
             f"AND stream_seq < {before} ORDER BY stream_seq LIMIT {PAGE_ROWS}",

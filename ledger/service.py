@@ -122,11 +122,13 @@ class LedgerService:
 
     async def _purge_forever(self) -> None:
         while self.options.retention.on:
+            # An interval first: at a swarm's start the ladder and the hosts are reading the
+            # stream, and a purge under a starting reader makes it start again.
+            await asyncio.sleep(retention.PURGE_INTERVAL_S)
             try:
                 await retention.purge_once(self.js, self.options.retention, time.time())
             except Exception as exc:  # the bus restarting: the next round purges it
                 log.warning("could not purge old events from the stream: %s", exc)
-            await asyncio.sleep(retention.PURGE_INTERVAL_S)
 
     async def _on_event(self, msg: Msg) -> None:
         self._inbox.append(msg)
