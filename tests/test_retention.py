@@ -24,7 +24,7 @@ from bus.replay import EventsPurged, replay_events
 from bus.subjects import EVENTS_STREAM, LEDGER_CONSUMER
 from ledger.remote_events import ledger_events
 from ledger.retention import Retention, purge_once, stored_at
-from ledger.service import LedgerService
+from ledger.service import LedgerOptions, LedgerService
 from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
 from tests.conftest import wait_for_async
@@ -201,3 +201,42 @@ async def test_events_whose_rows_would_change_them_come_back_as_they_were(
     plain = back[2][1]  # a row: timestamps to the microsecond, the rest as it was
     assert isinstance(plain, Idea) and abs(plain.created_at - events[2].created_at) < 1e-6
     assert dataclasses.replace(plain, created_at=events[2].created_at) == events[2]
+
+
+async def test_a_reader_of_purged_events_waits_for_the_ledger(nc: Client, tmp_path: Path) -> None:
+    """At a swarm's start the ladder may ask for purged events before the ledger answers: it
+    waits for it (it exited, and was restarted, before)."""
+    await champion_bucket(nc.jetstream())
+    options = LedgerOptions(
+        db_path=tmp_path / "ledger.duckdb", snapshot_dir=tmp_path / "snapshots",
+        batch_size=100, snapshot_interval_s=0.3, sql_row_cap=500, sql_timeout_s=2,
+        max_message_bytes=64 * 1024,
+    )  # fmt: skip
+
+    async def run_ledger(stop: asyncio.Event) -> asyncio.Task[None]:
+        service = LedgerService(nc, options)
+        task = asyncio.create_task(service.run(stop))
+        await asyncio.wait_for(service.ready.wait(), 10)
+        return task
+
+    stop = asyncio.Event()
+    ledger = await run_ledger(stop)
+    events = a_history(tmp_path)
+    await publish(nc, events)
+    await stored_through(nc, len(events))
+    whole = state_of(await ladder_state(nc, tmp_path))
+    await stored_through(nc, int((await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq))
+    await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+    stop.set()
+    await ledger  # no ledger answers now
+
+    starting = asyncio.ensure_future(ladder_state(nc, tmp_path))
+    await asyncio.sleep(1.0)
+    assert not starting.done()  # waiting for the ledger, not failed
+    stop = asyncio.Event()
+    ledger = await run_ledger(stop)
+    try:
+        assert state_of(await asyncio.wait_for(starting, 30)) == whole
+    finally:
+        stop.set()
+        await ledger
