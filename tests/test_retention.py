@@ -18,10 +18,12 @@ from agents.brain import Persona
 from agents.brain_groups import BrainGroup
 from agents.host import HostOptions, run_host
 from bus.champion_store import champion_bucket
+from bus.codec import encode
+from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import Idea, Message
-from bus.nats_bus import publish_event
+from bus.nats_bus import BusSettings, connect, publish_event
 from bus.replay import EventsPurged, replay_events
-from bus.subjects import EVENTS_STREAM, LEDGER_CONSUMER
+from bus.subjects import EVENTS_STREAM, LEDGER_CONSUMER, ensure_streams
 from ledger.remote_events import ledger_events
 from ledger.retention import Retention, purge_once, stored_at
 from ledger.service import LedgerOptions, LedgerService
@@ -240,3 +242,46 @@ async def test_a_reader_of_purged_events_waits_for_the_ledger(nc: Client, tmp_pa
     finally:
         stop.set()
         await ledger
+
+
+async def test_the_largest_event_the_stream_takes_comes_back_from_the_ledger(
+    tmp_path: Path,
+) -> None:
+    """A row goes back as Arrow, a few KB larger than its JSON: an event that filled a whole
+    bus message fitted the stream but no reply, and once purged it could not be read at all.
+    The stream now takes events up to a message less the room a reply needs. The bus as
+    `swarm start` sets it up: the server's message limit is the streams'."""
+    size = 64 * 1024
+    server = EmbeddedNatsServer(tmp_path / "run", tmp_path / "jetstream", size)
+    server.start()
+    stop = asyncio.Event()
+    nc = await connect(BusSettings(server.url, token=server.token), "test")
+    try:
+        await ensure_streams(nc.jetstream(), size)
+        options = LedgerOptions(
+            db_path=tmp_path / "ledger.duckdb", snapshot_dir=tmp_path / "snapshots",
+            max_message_bytes=size,
+        )  # fmt: skip
+        service = LedgerService(nc, options)
+        task = asyncio.create_task(service.run(stop))
+        await asyncio.wait_for(service.ready.wait(), 10)
+        limit = (await nc.jetstream().stream_info(EVENTS_STREAM)).config.max_msg_size or 0
+        idea = Idea("idea-big", AUTHOR, "", "", 1)
+        room = limit - len(encode(idea)) - 200  # its Nats-Msg-Id header counts too
+        idea = dataclasses.replace(idea, hypothesis="x" * room)  # plain ASCII: no escapes
+        await publish(nc, [idea])
+        await stored_through(nc, 1)
+        await purge_once(nc.jetstream(), Retention(keep_s=1.0), time.time() + 10)
+        assert _same_but_time(await ledger_events(nc, {"idea"}, 0, 2), idea)
+        stop.set()
+        await task
+    finally:
+        stop.set()
+        await nc.close()
+        server.stop()
+
+
+def _same_but_time(back: list[tuple[int, Message]], idea: Idea) -> bool:
+    (seq, message), *rest = back
+    assert isinstance(message, Idea) and not rest
+    return seq == 1 and dataclasses.replace(message, created_at=idea.created_at) == idea
