@@ -16,7 +16,6 @@ gives them from the ledger, which stored each before the stream let it go
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -29,8 +28,6 @@ from nats.js.errors import NotFoundError
 from bus.codec import CodecError, decode
 from bus.messages import Message
 from bus.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, PREFIX, event_subject
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[Message | None, int], Awaitable[None]]
 # (after, before) -> (seq, message) of the events in between, in stream order

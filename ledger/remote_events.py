@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import pyarrow as pa
 from nats.aio.client import Client
@@ -49,22 +50,9 @@ async def ledger_events(
             timeout_s,
         )
         select = select_list(table, set(columns.column("column_name").to_pylist()))
-        low = after
-        while True:
-            rows, cut = await _ask(
-                nc,
-                f"SELECT {select} FROM {table.name} WHERE stream_seq > {low} "
-                f"AND stream_seq < {before} ORDER BY stream_seq LIMIT {PAGE_ROWS}",
-                timeout_s,
-            )
-            if rows.num_rows == 0 and cut:
-                raise SqlError(f"a {kind} row after stream seq {low} is larger than a reply")
-            for row in rows.to_pylist():
-                seq = row.pop("stream_seq")
-                found.append((seq, to_message(table, list(row.values()))))
-                low = seq
-            if rows.num_rows < PAGE_ROWS and not cut:
-                break
+        async for row in _rows(nc, select, table.name, after, before, timeout_s):
+            seq = row.pop("stream_seq")
+            found.append((seq, to_message(table, list(row.values()))))
     kept = await _kept(nc, after, before, timeout_s, max_bytes)
     found = [(seq, m) for seq, m in found if seq not in kept]
     found += [(seq, m) for seq, m in kept.items() if m is not None and m.KIND in kinds]
@@ -92,21 +80,34 @@ async def _kept(
     """The events the ledger kept as the stream held them (their rows would not give them back
     as they were: ledger/migrations.py), decoded as a reader of the stream decodes them."""
     kept: dict[int, Message | None] = {}
+    select = "stream_seq, subject, data"
+    async for row in _rows(nc, select, "kept_events", after, before, timeout_s):
+        message = None
+        with contextlib.suppress(CodecError):
+            message = decode(row["data"], max_bytes)
+        if message is not None and row["subject"] != event_subject(message):
+            message = None  # as bus/replay.py: not on its own kind's subject
+        kept[row["stream_seq"]] = message
+    return kept
+
+
+async def _rows(
+    nc: Client, select: str, table: str, after: int, before: int, timeout_s: float
+) -> AsyncIterator[dict[str, Any]]:
+    """The rows of `table` with after < stream_seq < before, in stream order, a page per
+    request (a page the ledger cut to fit a reply goes on from its last row)."""
     low = after
     while True:
         rows, cut = await _ask(
             nc,
-            f"SELECT stream_seq, subject, data FROM kept_events WHERE stream_seq > {low} "
+            f"SELECT {select} FROM {table} WHERE stream_seq > {low} "
             f"AND stream_seq < {before} ORDER BY stream_seq LIMIT {PAGE_ROWS}",
             timeout_s,
         )
+        if rows.num_rows == 0 and cut:
+            raise SqlError(f"a {table} row after stream seq {low} is larger than a reply")
         for row in rows.to_pylist():
             low = row["stream_seq"]
-            message = None
-            with contextlib.suppress(CodecError):
-                message = decode(row["data"], max_bytes)
-            if message is not None and row["subject"] != event_subject(message):
-                message = None  # as bus/replay.py: not on its own kind's subject
-            kept[low] = message
+            yield row
         if rows.num_rows < PAGE_ROWS and not cut:
-            return kept
+            return

@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus.codec import CodecError, decode_versioned
-from bus.dead_letters import dead_letter
+from bus.dead_letters import dead_letter, letter_id
 from bus.messages import DeadLetter, Message, event_key
 from bus.subjects import (
     EVENTS_STREAM,
@@ -166,7 +166,8 @@ class LedgerService:
         for letter in refused:
             log.warning("dead letter %s: %s", letter.dead_letter_id, letter.reason)
         unfaithful = _unfaithful(batch, seqs, messages, refused)
-        await loop.run_in_executor(self._writer, self.store.keep, unfaithful)
+        if unfaithful:  # rare: no trip to the writer thread for every batch
+            await loop.run_in_executor(self._writer, self.store.keep, unfaithful)
         for msg, seq in zip(batch, seqs, strict=True):
             if seq is not None:  # not a reply to whatever a sender put in `reply`
                 await msg.ack()
@@ -270,8 +271,7 @@ def _unfaithful(
     for msg, seq, message in zip(batch, seqs, messages, strict=True):
         if seq is None or isinstance(message, DeadLetter):
             continue  # never an event a reader folds
-        key = f"dl-ledger-{event_key(message.KIND, message.event_id)}"
-        if key in refused_ids:
+        if letter_id("ledger", event_key(message.KIND, message.event_id)) in refused_ids:
             kept.append((seq, msg.subject, msg.data, "cannot store its row"))
         elif b"\\u0000" in msg.data:
             kept.append((seq, msg.subject, msg.data, "a NUL in a string"))
