@@ -18,7 +18,7 @@ from typing import Protocol
 
 from bus.fast_pickle import by_fields
 from bus.messages import Message
-from training.recipe_constants import Change
+from recipes.constants import Change
 
 
 class Persona(enum.StrEnum):
@@ -108,7 +108,7 @@ class Desk:
     tried: frozenset[str]  # fingerprints of recipes already tried on this champion
     sources: Mapping[int, str] = field(default_factory=dict)  # each champion version's recipe
     lower_is_better: bool = True  # the target's metric
-    # names and globs of constants the project holds fixed (training/fixed_constants.py): no
+    # names and globs of constants the project holds fixed (recipes/fixed.py): no
     # brain moves them, and the LLM prompt says so
     fixed: frozenset[str] = frozenset()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from agents.brain import Desk, Finding
 from agents.search_space import SearchSpace
-from training.recipe_constants import Scalar, constants, parse_value
+from recipes.constants import Scalar, constants, parse_value
 
 FINAL = frozenset({"REJECT", "REFUSED", "STALE", "HELD"})  # the idea is out of play
 

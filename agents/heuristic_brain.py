@@ -32,9 +32,7 @@ from itertools import islice
 from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.hypotheses import clip, describe, short, step_text
 from agents.search_space import Dimension, Kind, SpaceError, distance, space_of, step
-from bus.champion_store import fingerprint
-from training.fixed_constants import held, nothing_to_move
-from training.recipe_constants import (
+from recipes.constants import (
     Change,
     Constant,
     Scalar,
@@ -47,6 +45,8 @@ from training.recipe_constants import (
     scalar_at,
     with_element,
 )
+from recipes.fixed import held, nothing_to_move
+from recipes.identity import fingerprint
 
 PREFERRED_MOVE_PROBABILITY = 0.8
 MAX_CANDIDATES_PER_MOVE = 128  # bounds the retries; every move's own supply is finite anyway
@@ -66,7 +66,7 @@ class _Board:
     constants: Mapping[str, Constant]
     findings: tuple[Finding, ...]
     space: Mapping[tuple[str, int | None], Dimension]  # (constant, tuple index) -> dimension
-    held: frozenset[str]  # constants held fixed (training/fixed_constants.py): never moved
+    held: frozenset[str]  # constants held fixed (recipes/fixed.py): never moved
 
 
 @dataclass(frozen=True, slots=True)

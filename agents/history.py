@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Protocol
 
 from agents.brain import Failure, Finding, Gain
-from bus.champion_store import fingerprint
 from bus.messages import (
     ChampionChange,
     ChangeKind,
@@ -33,8 +32,9 @@ from bus.messages import (
     Verdict,
     is_spot_check,
 )
-from training.patching import PatchRefused, apply
-from training.recipe_constants import Change, changes_between, parse_value, with_values
+from recipes.constants import Change, changes_between, parse_value, with_values
+from recipes.identity import fingerprint
+from recipes.patch import PatchRefused, apply
 
 FAILURES_KEPT = 20  # recent failed runs a brain is shown
 EVERYONE = ""  # a Notice for every researcher

@@ -84,7 +84,7 @@ class HostOptions:
     meta_min_outcomes: int = 4
     meta_brain: str = ""  # empty: the first LLM group's
     screen: int = 1  # candidates a heuristic or LLM researcher draws per idea (1: no screening)
-    fixed: frozenset[str] = frozenset()  # constants no brain moves (training/fixed_constants.py)
+    fixed: frozenset[str] = frozenset()  # constants no brain moves (recipes/fixed.py)
     snapshot_path: Path | None = None  # where its folded state is kept between starts
     snapshot_interval_s: float = 60.0
 

@@ -30,7 +30,7 @@ from agents.strategy_book import StrategyBook
 from bus import snapshot_file
 from bus.messages import StrategyVersion
 from bus.snapshot_file import Checkpoint, Stale
-from training.recipe_constants import Change
+from recipes.constants import Change
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.recipe_constants import Change, parse_value
+from recipes.constants import Change, parse_value
 
 HYPOTHESIS_LIMIT = 300  # characters
 

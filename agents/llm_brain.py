@@ -20,9 +20,9 @@ from agents.llm_client import Completion, LlmClient, LlmError, Price, Prompt
 from agents.llm_prompt import researcher_prefix, researcher_request
 from agents.llm_records import call_record, prefix_record
 from agents.strategy_book import StrategyBook
-from bus.champion_store import fingerprint
 from bus.messages import LlmCall, Message
-from training.recipe_constants import Change, changes_between
+from recipes.constants import Change, changes_between
+from recipes.identity import fingerprint
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 A prompt is a cached prefix and a varying part. The prefix changes rarely, so the API caches it:
 the researcher template (agents/prompts/researcher.md) filled with the research direction
 (configs/program.md), the researcher's strategy file, the answer format, the constants the project
-holds fixed (training/fixed_constants.py) and the champion recipe.
+holds fixed (recipes/fixed.py) and the champion recipe.
 The varying part is what the swarm learned since: recent findings, near-misses, failures with
 their log tails, what is in play, and the researcher's own recent attempts. Each section keeps
 its newest entries within a fixed count, so a prompt stays the same size however long the swarm
@@ -21,8 +21,8 @@ from agents.answer_protocol import FORMAT
 from agents.brain import Desk, Failure, Finding
 from bus.messages import is_spot_check
 from bus.untrusted import fenced
-from training.fixed_constants import held
-from training.recipe_constants import constants
+from recipes.constants import constants
+from recipes.fixed import held
 
 T = TypeVar("T")
 PROMPTS = Path(__file__).parent / "prompts"

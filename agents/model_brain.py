@@ -37,9 +37,9 @@ from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.finding_values import out_of_play, point_of, spot_checked, tier_values
 from agents.hypotheses import clip, describe
 from agents.search_space import Dimension, Kind, SearchSpace, SpaceError, space_of
-from bus.champion_store import fingerprint
-from training.fixed_constants import nothing_to_move
-from training.recipe_constants import Change, Scalar, constants, edit
+from recipes.constants import Change, Scalar, constants, edit
+from recipes.fixed import nothing_to_move
+from recipes.identity import fingerprint
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial would flood the logs
 ASKS_PER_PROPOSAL = 8  # samples that land on a recipe already tried are asked again, this often

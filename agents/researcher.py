@@ -25,7 +25,6 @@ from agents.brain import Attempt, Brain, Desk, Failure, Finding, Proposal
 from agents.history import EVERYONE, History, Notice
 from agents.screening import Screen
 from agents.second_look import second_look
-from bus.champion_store import fingerprint
 from bus.messages import (
     AgentEvent,
     AgentEventKind,
@@ -40,7 +39,8 @@ from bus.messages import (
     Verdict,
     new_id,
 )
-from training.patching import make_patch
+from recipes.identity import fingerprint
+from recipes.patch import make_patch
 
 # After these verdicts an idea is out of play (PROMOTE at the top tier too: it is being stacked).
 FINAL = frozenset({Verdict.REJECT, Verdict.REFUSED, Verdict.STALE, Verdict.HELD})

@@ -31,7 +31,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 from agents.brain import Desk, Proposal
 from agents.finding_values import out_of_play, point_of, tier_values
 from agents.search_space import SearchSpace, space_of
-from training.recipe_constants import constants
+from recipes.constants import constants
 
 MIN_POINTS = 5  # below this many measured ideas the model rates nothing: the brain's order holds
 MAX_POINTS = 300  # the most recent measured ideas it is fitted to (a GP fit is cubic in them)

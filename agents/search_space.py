@@ -1,7 +1,7 @@
 """The search space a recipe declares: which constants may move, how far, and on what scale.
 
 Every brain that moves constants reads the space from the recipe itself
-(training/recipe_constants.py finds the constants with `ast`: UPPER_CASE names anywhere at module
+(recipes/constants.py finds the constants with `ast`: UPPER_CASE names anywhere at module
 level, any other name in the module's opening block, so a nanoGPT-style `learning_rate = 6e-4`
 counts). A constant may declare its range or choices at the end of its comment, after `search:`:
 
@@ -21,7 +21,7 @@ declaration a brain derives a range around the current value: a decade either si
 floats, x/4..x·4 for integers, x/8..x·8 for powers of two, both values for flags; a fraction
 (0 < x < 1 in a constant named like FRACTION, DROPOUT, BETA, MOMENTUM in any case, or an
 element of a tuple) stays inside (0, 1). Strings, zero and negative numbers move only when
-declared. Constants the project holds fixed (training/fixed_constants.py: `target.fixed`, the run
+declared. Constants the project holds fixed (recipes/fixed.py: `target.fixed`, the run
 command's options) are left out of the space, as `search: fixed` ones are.
 """
 
@@ -34,8 +34,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from training.fixed_constants import FIXED_DECLARATIONS, is_fixed
-from training.recipe_constants import Constant, Scalar, Value, constants, scalar_at
+from recipes.constants import Constant, Scalar, Value, constants, scalar_at
+from recipes.fixed import FIXED_DECLARATIONS, is_fixed
 
 FRACTION_WORDS = ("FRACTION", "DROPOUT", "BETA", "MOMENTUM")  # matched in the upper-cased name
 FRACTION_BOUNDS = (0.001, 0.999)  # how close to 0 or 1 the heuristic's logit steps may go
@@ -152,7 +152,7 @@ class SearchSpace:
 
 def space_of(source: str, fixed: Collection[str] = ()) -> SearchSpace:
     """The recipe's search space, from its declarations and its current values, without the
-    constants whose names match `fixed` (names or globs, training/fixed_constants.py); SpaceError
+    constants whose names match `fixed` (names or globs, recipes/fixed.py); SpaceError
     names every declaration it cannot use, not just the first."""
     dimensions: list[Dimension] = []
     problems: list[str] = []

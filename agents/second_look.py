@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from agents.brain import Proposal
 from agents.history import History
-from training.recipe_constants import constants, with_written
+from recipes.constants import constants, with_written
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,11 @@ from bus.messages import AgentEvent, AgentEventKind, Idea, Message, RunResult, R
 from bus.messages import Trace as TraceEvent
 from bus.nats_bus import BusSettings, connect, publish_event
 from bus.subjects import ensure_streams
+from recipes.patch import make_patch
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import load_tiers
-from training.patching import make_patch
 
 # Twenty constants, each best at its own value: ideas move two at a time, so they rarely
 # repeat one another (the ladder refuses near-duplicates) and winners keep being found.

@@ -7,8 +7,6 @@ written). The whole history is also in the ledger's `champions` table (ChampionC
 
 from __future__ import annotations
 
-import hashlib
-
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
@@ -18,10 +16,6 @@ BUCKET = "SWARM_CHAMPIONS"
 
 class ChampionMissing(LookupError):
     pass
-
-
-def recipe_sha(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 async def champion_bucket(js: JetStreamContext) -> KeyValue:
@@ -69,9 +63,3 @@ class ChampionStore:
             except UnicodeDecodeError:  # anyone on the bus can write the bucket: not our data
                 raise ChampionMissing(f"champion v{version} in the store is not text") from None
         return self._cache[version]
-
-
-def fingerprint(source: str) -> str:
-    """Identity of a recipe for dedup: whitespace at line ends and blank lines do not count."""
-    lines = (line.rstrip() for line in source.splitlines())
-    return hashlib.sha256("\n".join(line for line in lines if line).encode()).hexdigest()[:24]

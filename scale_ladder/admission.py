@@ -7,11 +7,11 @@ import ast
 import difflib
 import functools
 
-from training.patching import PatchRefused, apply, make_patch
-from training.recipe_constants import Change, changes_between, constants, with_written
+from recipes.constants import Change, changes_between, constants, with_written
+from recipes.patch import PatchRefused, apply, make_patch
 
 # An idea's hypothesis is shown in every researcher's prompt, the live view and the reports: a
-# few sentences, not a document (bounded as its patch is: training/patching.py).
+# few sentences, not a document (bounded as its patch is: recipes/patch.py).
 MAX_HYPOTHESIS_CHARS = 16 * 1024
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 
-from bus.champion_store import fingerprint, recipe_sha
 from bus.messages import (
     ChampionChange,
     ChangeKind,
@@ -39,6 +38,9 @@ from bus.messages import (
     Verdict,
     event_key,
 )
+from recipes.fixed import moved_fixed
+from recipes.identity import fingerprint, recipe_sha
+from recipes.patch import make_patch
 from scale_ladder.admission import MAX_HYPOTHESIS_CHARS, NotAdmitted, patched_source, rebase
 from scale_ladder.ladder_state import (
     BASELINE_ATTEMPTS,
@@ -58,8 +60,6 @@ from scale_ladder.rules import (
 )
 from scale_ladder.second_look import second_look_refusal
 from scale_ladder.spot_checks import spot_check
-from training.fixed_constants import moved_fixed
-from training.patching import make_patch
 
 __all__ = ["Ladder", "LadderRefusal", "Phase"]
 

@@ -24,7 +24,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bus.champion_store import fingerprint
 from bus.messages import (
     BudgetKind,
     ChampionChange,
@@ -39,6 +38,7 @@ from bus.messages import (
     event_key,
     is_spot_check,
 )
+from recipes.identity import fingerprint
 from scale_ladder.admission import NotAdmitted, patched_source, rebase
 from scale_ladder.near_duplicates import PatchChange, patch_change
 from scale_ladder.noise_pool import NoisePool
@@ -81,7 +81,7 @@ class LadderState:
     lower_is_better: bool = True
     require_approval: bool = False
     near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
-    # constants an idea may not move (names or globs; training/fixed_constants.py)
+    # constants an idea may not move (names or globs; recipes/fixed.py)
     fixed: frozenset[str] = frozenset()
     # keys the tiers' seeds (seeds.py): the swarm's own, from its workspace; never shown
     seed_secret: bytes = field(default=DEFAULT_SEED_SECRET, repr=False)

@@ -19,8 +19,8 @@ The ladder admits one when:
 
 from __future__ import annotations
 
-from bus.champion_store import fingerprint
 from bus.messages import Idea
+from recipes.identity import fingerprint
 from scale_ladder.admission import NotAdmitted, patched_source
 
 

@@ -25,7 +25,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bus.champion_store import recipe_sha
 from bus.messages import (
     NEVER_SENT,
     ChampionChange,
@@ -39,6 +38,7 @@ from bus.messages import (
 )
 from ledger.duckdb_store import open_database
 from ledger.readback import KIND_ORDER, read_messages
+from recipes.identity import names
 from scale_ladder.ladder import Ladder
 
 # Verdicts that close an idea at a tier (RETEST asks for more seeds; HELD waits for a person).
@@ -162,7 +162,7 @@ def _check_lineage(
             report.lineage.append(
                 f"champion v{version}'s parent is v{change.parent_version}, not v{version - 1}"
             )
-        if change.recipe_sha != recipe_sha(change.source):
+        if not names(change.recipe_sha, change.source):
             report.lineage.append(f"champion v{version}'s sha does not match its source")
         if change.kind is ChangeKind.STACK and change.idea_id not in promoted:
             report.lineage.append(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bus.nats_bus import connect
 from bus.roles import Role
+from recipes.fixed import fixed_names
 from scale_ladder.ladder import Ladder
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
@@ -21,7 +22,6 @@ from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
 from training.command_io import CommandError, MetricReader, check_placeholders
-from training.fixed_constants import fixed_names
 from training.held_out import hidden_from_training
 from training.target_info import BYTELM, SYNTHETIC, TargetInfo
 

@@ -16,12 +16,12 @@ from agents.brain_groups import LLM_BRAINS, parse_brain_groups
 from agents.llm_client import RetryPolicy
 from agents.llm_setup import LlmSetup, ProviderSettings
 from agents.search_space import SpaceError, space_of
+from recipes.constants import constants
+from recipes.fixed import fixed_names, nothing_to_move
 from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import built_in
 from swarm.ladder_process import target_info
 from swarm.workspace import Workspace
-from training.fixed_constants import fixed_names, nothing_to_move
-from training.recipe_constants import constants
 from training.sandbox import UNSAFE_FLAG, missing_confinement
 
 

@@ -8,12 +8,12 @@ import difflib
 from pathlib import Path
 
 from bus.messages import Decision, Idea, RunSpec, RunStatus, Verdict
+from recipes.patch import MAX_FILE_CHARS, MAX_HUNKS, MAX_PATCH_CHARS
 from scale_ladder.admission import MAX_HYPOTHESIS_CHARS
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_tiers
 from tests.training_helpers import run
 from training.corpus import Corpus
-from training.patching import MAX_FILE_CHARS, MAX_HUNKS, MAX_PATCH_CHARS
 from training.target_info import RECIPE
 
 

@@ -12,7 +12,7 @@ import pytest
 from agents.brain import Finding
 from bus.fast_pickle import by_fields
 from bus.messages import Idea, RunResult, RunStatus
-from training.recipe_constants import Change
+from recipes.constants import Change
 
 
 def test_messages_and_findings_come_back_equal() -> None:

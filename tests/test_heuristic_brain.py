@@ -15,9 +15,8 @@ from agents.brain import Finding, Persona, Proposal
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain, _tested_tail
 from agents.researcher import Researcher
 from agents.search_space import Dimension, Kind, space_of, step
-from bus.champion_store import fingerprint
 from bus.messages import ChampionChange, ChangeKind
-from training.recipe_constants import (
+from recipes.constants import (
     Change,
     Value,
     changes_between,
@@ -26,6 +25,7 @@ from training.recipe_constants import (
     parse_value,
     with_values,
 )
+from recipes.identity import fingerprint
 
 RECIPE = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 VERSION = 3

@@ -54,8 +54,8 @@ def test_stale_when_the_patch_no_longer_applies(tmp_path: Path) -> None:
 
 
 def test_rebase_carries_an_edit_past_a_neighbouring_change_of_the_real_recipe() -> None:
+    from recipes.patch import make_patch as diff
     from scale_ladder.admission import NotAdmitted, patched_source, rebase
-    from training.patching import make_patch as diff
     from training.target_info import RECIPE
 
     v1 = RECIPE.read_text()

@@ -18,7 +18,6 @@ from agents.host import HostOptions, Team, make_team
 from agents.llm_client import RetryPolicy
 from agents.llm_setup import LlmSetup, LlmSetupError, ProviderSettings
 from agents.researcher import Researcher, Step
-from bus.champion_store import recipe_sha
 from bus.codec import encode
 from bus.messages import (
     ChampionChange,
@@ -32,6 +31,7 @@ from bus.messages import (
     Verdict,
     new_id,
 )
+from recipes.identity import recipe_sha
 from tests.llm_stub_server import Reply, ScriptedReplies, StubLlmServer
 from training.target_info import BYTELM
 

@@ -13,9 +13,7 @@ from agents.brain import Desk, Finding, Persona
 from agents.heuristic_brain import HeuristicBrain
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
 from agents.search_space import Kind, space_of
-from bus.champion_store import fingerprint
-from training.fixed_constants import command_names, fixed_names, is_fixed
-from training.recipe_constants import (
+from recipes.constants import (
     CONSTANT_NAME,
     Change,
     changes_between,
@@ -23,6 +21,8 @@ from training.recipe_constants import (
     edit,
     with_values,
 )
+from recipes.fixed import command_names, fixed_names, is_fixed
+from recipes.identity import fingerprint
 
 RECIPES = Path(__file__).resolve().parents[1] / "training/recipes"
 NANOGPT = '''"""docstring"""

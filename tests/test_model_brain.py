@@ -16,10 +16,10 @@ from agents.brain import Desk, Finding, Gain
 from agents.history import History
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
 from agents.search_space import space_of
-from bus.champion_store import fingerprint
 from bus.messages import ChampionChange, ChangeKind, Decision, Idea, Verdict
-from training.patching import make_patch
-from training.recipe_constants import Change, changes_between, constants, format_value
+from recipes.constants import Change, changes_between, constants, format_value
+from recipes.identity import fingerprint
+from recipes.patch import make_patch
 
 BYTELM = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 RECIPE = (

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from agents.brain import Finding, Persona, Proposal
 from agents.heuristic_brain import HeuristicBrain
-from bus.champion_store import fingerprint
+from recipes.constants import Change, Value, changes_between, parse_value, with_values
+from recipes.identity import fingerprint
 from scale_ladder.near_duplicates import (
     NearDuplicate,
     PatchChange,
@@ -20,7 +21,6 @@ from scale_ladder.near_duplicates import (
     patch_change,
     similarity,
 )
-from training.recipe_constants import Change, Value, changes_between, parse_value, with_values
 
 RECIPE = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 VERSION = 3

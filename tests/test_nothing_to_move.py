@@ -20,6 +20,7 @@ from agents.researcher import Researcher
 from bus.messages import AgentEvent, AgentEventKind, ChampionChange, ChangeKind, Trace, new_id
 from bus.nats_bus import publish_event
 from ledger.service import LedgerService
+from recipes.fixed import fixed_names
 from swarm.config import ConfigError, SwarmConfig, with_overrides
 from swarm.live_view import AgentRow, LiveSnapshot, LiveView, gather_snapshot, render
 from swarm.preflight import check_editable, check_llm
@@ -27,7 +28,6 @@ from swarm.sql_client import ask_ledger
 from swarm.start import start_swarm
 from swarm.workspace import Workspace
 from tests.conftest import wait_for_async
-from training.fixed_constants import fixed_names
 
 # Every dial held fixed or with no range to derive.
 HELD_ALL = '''"""A script whose dials the project holds."""

@@ -13,7 +13,6 @@ from agents.brain import Attempt, Desk, Persona, Proposal
 from agents.heuristic_brain import HeuristicBrain
 from agents.history import History, SharedHistory
 from agents.researcher import Researcher
-from bus.champion_store import fingerprint
 from bus.messages import (
     ChampionChange,
     ChangeKind,
@@ -25,7 +24,8 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
-from training.patching import make_patch
+from recipes.identity import fingerprint
+from recipes.patch import make_patch
 from training.target_info import RECIPE
 
 BASE = RECIPE.read_text()

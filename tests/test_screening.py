@@ -13,11 +13,11 @@ from agents.brain import Desk, Finding, Gain, Persona, Proposal
 from agents.heuristic_brain import HeuristicBrain, OfflineBrain
 from agents.researcher import Researcher
 from agents.screening import Screen
-from bus.champion_store import recipe_sha
 from bus.messages import ChampionChange, ChangeKind, LlmCall
+from recipes.constants import Change, format_value, with_values
+from recipes.identity import recipe_sha
 from tests.llm_stub_server import StubLlmServer
 from tests.test_llm_researcher import GOOD, answer_with, records, team_for
-from training.recipe_constants import Change, format_value, with_values
 
 RECIPE = "LR = 1e-3  # learning rate; search: 1e-4..1e-1\nWD = 0.1  # search: 1e-3..1.0\n"
 BEST_LR = 1e-2

@@ -10,7 +10,7 @@ import pytest
 
 from agents.hypotheses import describe
 from agents.search_space import Dimension, Kind, SpaceError, space_of, step
-from training.recipe_constants import Change, constants, edit, parse_value
+from recipes.constants import Change, constants, edit, parse_value
 
 BYTELM = (Path(__file__).resolve().parents[1] / "training/recipes/bytelm.py").read_text()
 

@@ -25,6 +25,7 @@ from bus.champion_store import champion_bucket
 from bus.messages import Idea, RunResult, RunSpec, Verdict
 from bus.nats_bus import BusSettings, publish_event
 from ledger.service import LedgerService
+from recipes.patch import make_patch
 from scale_ladder.ladder import Ladder
 from scale_ladder.rules import Evidence, PromotionRule, decide, prior_sigma
 from scale_ladder.seeds import DEFAULT_SEED_SECRET, SEED_BITS, tier_seed
@@ -35,7 +36,6 @@ from swarm.sql_client import ask_ledger
 from swarm.workspace import SeedSecretError, Workspace
 from tests.conftest import wait_for_async
 from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_result, ok_runner
-from training.patching import make_patch
 from training.target_info import BYTELM
 
 OTHER_SECRET = b"another swarm's secret, 32 bytes"

@@ -18,6 +18,7 @@ from agents.history import History
 from agents.model_brain import ModelSearch, Sampler
 from agents.second_look import second_look
 from bus.messages import SPOT_CHECK, Decision, Idea, RunResult, RunSpec, RunStatus, Verdict
+from recipes.constants import Change
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import LadderConfigError, load_tiers
 from swarm.summary import VERDICTS_SQL
@@ -34,7 +35,6 @@ from tests.ladder_sim import (
 )
 from tests.test_model_brain import BASELINE, desk, propose
 from tests.test_model_brain import RECIPE as SEARCHED
-from training.recipe_constants import Change
 
 
 def lr_of(source: str) -> float:

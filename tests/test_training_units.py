@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from recipes.patch import PatchRefused, apply
 from scale_ladder.tiers import LadderConfigError, load_tiers
 from tests.training_helpers import CHAMPION, edit, patch_for
 from training import corpus as corpus_module
 from training import corpus_modules
-from training.patching import PatchRefused, apply
 from training.targets import parse_metric
 
 REPO = Path(__file__).resolve().parents[1]

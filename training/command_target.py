@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
+from recipes.patch import PatchRefused, apply
 from training.command_io import CommandError, MetricReader
 from training.command_stage import (
     EVAL_SUFFIX,
@@ -41,7 +42,6 @@ from training.command_stage import (
     run_stage,
 )
 from training.held_out import hidden_from_training
-from training.patching import PatchRefused, apply
 from training.process_outcome import remove_tree, result_fields
 from training.run_limits import PLAIN_NAME, RunLimits
 

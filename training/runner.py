@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
+from recipes.patch import PatchRefused, apply
 from training.corpus import Corpus
 from training.experiment_session import (
     ChildGone,
@@ -28,7 +29,6 @@ from training.experiment_session import (
 from training.fresh_eval import evaluate_in_fresh_processes
 from training.harness_child import NO_SANDBOX
 from training.log_pipe import output_pipe, private_log
-from training.patching import PatchRefused, apply
 from training.process_outcome import fd_tail, keep_log, outcome, remove_tree, result_fields
 from training.run_limits import PLAIN_NAME, Cancelled, RunLimits
 from training.stage_process import Run, stage_process

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
-from training.patching import PatchRefused, apply
+from recipes.patch import PatchRefused, apply
 from training.process_outcome import result_fields
 from training.run_limits import RunLimits
 from training.target_info import SYNTHETIC

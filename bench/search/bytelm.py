@@ -34,7 +34,7 @@ from bench.search.peers import PEERS
 from bench.search.sim import Config, Job, Method, Param
 from bench.search.swarm_method import config_of, ladder_tiers
 from bus.messages import RunStatus, new_id
-from training.recipe_constants import changes_between, with_values
+from recipes.constants import changes_between, with_values
 from training.runner import RunLimits
 from training.target_info import RECIPE
 from training.targets import BytelmTarget

@@ -25,8 +25,8 @@ from bench.search.problems import SyntheticProblem
 from bench.search.sim import Config, Problem, Value
 from bench.search.swarm_method import EDITABLE, ladder_tiers, recipe, spec_config, spec_result
 from bus.messages import Decision, Idea, RunSpec, RunStatus, Verdict
+from recipes.patch import make_patch
 from scale_ladder.ladder import Ladder
-from training.patching import make_patch
 
 WORKERS = 4
 SETTINGS: dict[str, Mapping[str, float]] = {

@@ -31,11 +31,11 @@ from agents.researcher import Researcher
 from agents.screening import Screen
 from bench.search.sim import Config, Job, Param, Problem, Value
 from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
+from recipes.constants import constants, format_value
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.rules import PromotionRule
 from scale_ladder.tiers import Tier, load_ladder
-from training.recipe_constants import constants, format_value
 
 LADDER = Path(__file__).resolve().parents[2] / "configs" / "ladder.toml"
 EDITABLE = "recipe.py"

@@ -18,7 +18,7 @@ import fnmatch
 import shlex
 from collections.abc import Collection, Mapping
 
-from training.recipe_constants import Constant, changes_between, constants
+from recipes.constants import Constant, changes_between, constants
 
 FIXED_DECLARATIONS = ("fixed", "off")  # `# search: fixed` in a constant's comment
 HOW_TO_ADD_DIALS = (
