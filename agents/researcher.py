@@ -39,7 +39,7 @@ from bus.messages import (
     Verdict,
     new_id,
 )
-from recipes.identity import fingerprint
+from recipes.identity import fingerprint, recipe_sha
 from recipes.patch import make_patch
 
 # After these verdicts an idea is out of play (PROMOTE at the top tier too: it is being stacked).
@@ -328,6 +328,7 @@ class Researcher:
             trace_id=trace_id,
             parent_ids=proposal.parents,
             entry_tier=entry_tier,
+            recipe_sha=recipe_sha(proposal.source),
         )
         changes = ", ".join(f"{c.name} {c.old}→{c.new}" for c in proposal.changes)
         trace = Trace(

@@ -8,8 +8,10 @@ written). The whole history is also in the ledger's `champions` table (ChampionC
 from __future__ import annotations
 
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
+
+from bus.nats_bus import key_value_bucket
 
 BUCKET = "SWARM_CHAMPIONS"
 
@@ -19,10 +21,7 @@ class ChampionMissing(LookupError):
 
 
 async def champion_bucket(js: JetStreamContext) -> KeyValue:
-    try:
-        return await js.key_value(BUCKET)
-    except BucketNotFoundError:
-        return await js.create_key_value(bucket=BUCKET, history=1)
+    return await key_value_bucket(js, BUCKET)
 
 
 class ChampionStore:

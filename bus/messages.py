@@ -27,7 +27,7 @@ from bus.fast_pickle import by_fields
 # minor version with every field added, the major one never without a migration of the stream.
 # Events written before minor versions existed carry the major version alone: minor 0.
 SCHEMA_VERSION = 1
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = 2
 
 
 def event_key(kind: str, event_id: str) -> str:
@@ -110,6 +110,9 @@ class Idea:
     # parent, rejected by the rules at the tier below on the same champion, tested once more one
     # tier up, where a misleading proxy tier cannot reject it (scale_ladder/second_look.py).
     entry_tier: int = 0
+    # The content address of the recipe its patch makes of that champion (recipes/identity.py):
+    # the ladder refuses an idea whose patch makes another. Added in schema v1.2; "": not said.
+    recipe_sha: str = ""
 
     @property
     def event_id(self) -> str:
@@ -118,7 +121,8 @@ class Idea:
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """One experiment: the champion (plus an idea's patch, if any) at one tier and one seed."""
+    """One experiment: a recipe (the champion's, or an idea's: the champion plus its patch) at one
+    tier and one seed."""
 
     KIND: ClassVar[str] = "run_spec"
     run_id: str
@@ -138,6 +142,11 @@ class RunSpec:
     # hash there); a trainer whose data differs refuses the run. Empty: none recorded yet, or a
     # target without a corpus. Added in schema v1.1.
     corpus_hash: str = ""
+    # The content address of the whole recipe this run executes, the champion's or an idea's
+    # (recipes/identity.py): trainers fetch it from the recipe store and run it as it is, with
+    # no patch to apply. Added in schema v1.2; "" in older RunSpecs, whose trainers applied the
+    # patch to the champion themselves (still done for them: training/spec_recipe.py).
+    recipe_sha: str = ""
 
     @property
     def event_id(self) -> str:

@@ -12,7 +12,8 @@ import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from bus.codec import encode
 from bus.messages import Message, RunSpec, event_key, new_id
@@ -163,3 +164,12 @@ async def requeue_job(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0)
     await js.publish(
         job_subject(spec.tier), encode(spec), timeout=timeout, headers={"Nats-Msg-Id": again}
     )
+
+
+async def key_value_bucket(js: JetStreamContext, name: str) -> KeyValue:
+    """A key-value bucket of one value per key, made if missing (by the supervisor, whose role
+    alone may create streams; in tests, by whoever comes first)."""
+    try:
+        return await js.key_value(name)
+    except BucketNotFoundError:
+        return await js.create_key_value(bucket=name, history=1)

@@ -6,9 +6,10 @@ gets more than its job needs. What each role must never do:
 - a researcher publishes ideas, traces and LLM calls; it cannot publish results or decisions,
   take jobs, or answer SQL;
 - only the ledger answers SQL (subscribes to `swarm.sql`) and receives the ledger's deliveries;
-- only the ladder makes jobs, decisions and champion versions (and writes the champion bucket);
+- only the ladder makes jobs, decisions and champion versions (and writes the champion and
+  recipe buckets);
 - people (`cli`) ask the ledger and the ladder, and read stream state; they publish no events;
-- the supervisor (`swarm start`) creates the streams and the champion bucket and asks for status.
+- the supervisor (`swarm start`) creates the streams and the buckets and asks for status.
 
 Every role subscribes to `_INBOX.>`: JetStream API replies, pull deliveries and the pushes of
 an ordered consumer arrive there. Subjects were found by running a real swarm under these users
@@ -32,6 +33,7 @@ from bus.subjects import (
     PREFIX,
     SQL_SUBJECT,
 )
+from recipes.store import BUCKET as RECIPES_BUCKET
 
 
 class Role(enum.StrEnum):
@@ -53,6 +55,7 @@ class Permissions:
 API = "$JS.API"
 INBOX = "_INBOX.>"
 KV_STREAM = f"KV_{BUCKET}"
+RECIPES_STREAM = f"KV_{RECIPES_BUCKET}"
 
 
 def events(*kinds: str) -> tuple[str, ...]:
@@ -71,6 +74,11 @@ REPLAY = (
 CHAMPION_READ = (
     f"{API}.STREAM.INFO.{KV_STREAM}",
     f"{API}.STREAM.MSG.GET.{KV_STREAM}",
+)
+# Reading recipes by their content address (recipes/store.py), as a trainer does for each job.
+RECIPE_READ = (
+    f"{API}.STREAM.INFO.{RECIPES_STREAM}",
+    f"{API}.STREAM.MSG.GET.{RECIPES_STREAM}",
 )
 # Reading which jobs are on the work queue, by message (a restarted ladder puts back lost ones:
 # scale_ladder/service.py).
@@ -114,6 +122,8 @@ PERMISSIONS: dict[Role, Permissions] = {
             JOBS_SUBJECTS,
             *events("run_spec", "decision", "champion_change", "agent_event"),
             f"$KV.{BUCKET}.>",
+            f"$KV.{RECIPES_BUCKET}.>",  # the recipe of every RunSpec, before its job
+            *RECIPE_READ,
             *REPLAY,
             # the event its snapshot was folded up to (scale_ladder/snapshot.py)
             f"{API}.STREAM.MSG.GET.{EVENTS_STREAM}",
@@ -133,6 +143,7 @@ PERMISSIONS: dict[Role, Permissions] = {
             f"{API}.CONSUMER.MSG.NEXT.{JOBS_STREAM}.*",
             f"$JS.ACK.{JOBS_STREAM}.>",
             *CHAMPION_READ,
+            *RECIPE_READ,
         ),
         subscribe=(INBOX,),
     ),

@@ -126,6 +126,11 @@ class Ladder(LadderState):
         try:
             patch = idea.patch
             new_source = patched_source(base.source, patch, self.editable)
+            if idea.recipe_sha and recipe_sha(new_source) != idea.recipe_sha:
+                raise NotAdmitted(
+                    f"its patch makes recipe {recipe_sha(new_source)[:12]} of champion "
+                    f"v{idea.champion_version}, but the idea names recipe {idea.recipe_sha[:12]}"
+                )
             if moved := moved_fixed(base.source, new_source, self.fixed):
                 raise NotAdmitted(
                     f"it changes {', '.join(moved)}, held fixed by the project (target.fixed, "
@@ -307,7 +312,7 @@ class Ladder(LadderState):
 
     def _stack(self, state: IdeaState) -> None:
         current = self.champions[self.current]
-        source = patched_source(current.source, state.patch, self.editable)
+        source = self.recipe_of(current.version, state.patch)
         reason = f"stacked {state.idea.idea_id}: {state.idea.hypothesis}"[:2000]
         self._emit(
             ChampionChange(
@@ -438,7 +443,8 @@ class Ladder(LadderState):
         who = idea_id or "base"
         suffix = f"-a{attempt}" if attempt else ""
         run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
-        return t.run_spec(run_id, seed, version, idea_id, patch, self.target, self.corpus)
+        sha = recipe_sha(self.recipe_of(version, patch))
+        return t.run_spec(run_id, seed, version, idea_id, patch, self.target, self.corpus, sha)
 
     def _refuse(self, state: IdeaState, why: str, details: str = "") -> None:
         self._decide(state, Verdict.REFUSED, why, version=self.current, details=details)

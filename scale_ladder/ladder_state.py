@@ -154,6 +154,13 @@ class LadderState:
     def top(self) -> int:
         return len(self.tiers) - 1
 
+    def recipe_of(self, version: int, patch: str) -> str:
+        """The whole recipe of a champion version with a patch (none: the champion's own). The
+        one place the ladder makes a recipe of a patch: admission, RunSpecs and stacking all
+        ask here, and the application is cached (admission.patched_source)."""
+        source = self.champions[version].source
+        return patched_source(source, patch, self.editable) if patch else source
+
     def seed(self, tier: int, i: int) -> int:
         """The seed of the i-th run of any recipe at `tier` (the champion's and every idea's)."""
         return tier_seed(tier, i, self.seed_secret)

@@ -41,6 +41,7 @@ from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from ledger.remote_events import ledger_events
+from recipes.store import RecipeStore
 from scale_ladder import snapshot
 from scale_ladder.ladder import Ladder, LadderRefusal
 
@@ -72,6 +73,7 @@ class LadderService:
         self.ladder = ladder
         self.options = options
         self.store = ChampionStore(self.js)
+        self.recipes = RecipeStore(self.js)
         self.caught_up = asyncio.Event()
         self._inbox: asyncio.Queue[tuple[Message | None, int]] = asyncio.Queue()
         self._lock = asyncio.Lock()  # one act-and-publish at a time
@@ -205,6 +207,7 @@ class LadderService:
                     if run_id in waiting and run_id not in queued and run_id not in self._held
                 ]
                 for spec in lost:
+                    await self._store_recipes([spec])
                     await requeue_job(self.js, spec)
             if lost:
                 log.warning("put back %d lost jobs: %s", len(lost), [s.run_id for s in lost])
@@ -283,9 +286,14 @@ class LadderService:
 
     async def _pipelined(self, messages: list[Message]) -> None:
         specs = [m for m in messages if isinstance(m, RunSpec)]
-        jobs = await asyncio.gather(
-            *(enqueue_job(self.js, s) for s in specs), return_exceptions=True
-        )
+        try:
+            await self._store_recipes(specs)
+            jobs = await asyncio.gather(
+                *(enqueue_job(self.js, s) for s in specs), return_exceptions=True
+            )
+        except Exception as exc:  # no job without its recipe: each alone, recipe first
+            log.warning("storing recipes failed (%s); retrying", exc)
+            jobs = [exc] * len(specs)
         for spec, outcome in zip(specs, jobs, strict=True):
             if isinstance(outcome, BaseException):  # again, alone (ids make repeats harmless)
                 await self._publish_until_done(spec)
@@ -312,8 +320,19 @@ class LadderService:
         self._gave_up = True
         log.warning("stopping with %s unpublished", message.event_id)
 
+    async def _store_recipes(self, specs: list[RunSpec]) -> None:
+        """Put the recipes these RunSpecs name in the recipe store, each once: before their jobs,
+        so a trainer that takes a job finds its recipe (recipes/store.py)."""
+        recipes = {
+            s.recipe_sha: self.ladder.recipe_of(s.champion_version, s.patch)
+            for s in specs
+            if s.recipe_sha
+        }
+        await asyncio.gather(*(self.recipes.put(source) for source in recipes.values()))
+
     async def _publish_one(self, message: Message) -> None:
         if isinstance(message, RunSpec):
+            await self._store_recipes([message])
             await enqueue_run(self.js, message)
         elif isinstance(message, ChampionChange):
             await self.store.put(message.version, message.source)

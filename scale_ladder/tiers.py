@@ -69,6 +69,7 @@ class Tier:
         patch: str = "",
         target: str = "bytelm",
         corpus_hash: str = "",
+        recipe_sha: str = "",
     ) -> RunSpec:
         """One experiment at this tier: its budget, dials and limits."""
         return RunSpec(
@@ -85,6 +86,7 @@ class Tier:
             time_limit_s=self.time_limit_s,
             eval_tokens=self.eval_tokens,
             corpus_hash=corpus_hash,
+            recipe_sha=recipe_sha,
         )
 
 

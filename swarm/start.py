@@ -30,6 +30,7 @@ from bus.embedded_server import (
 from bus.nats_bus import BusSettings, connect
 from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
+from recipes.store import recipe_bucket
 from swarm.champion_health import broken_champion
 from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
 from swarm.errors import SwarmError
@@ -91,6 +92,7 @@ async def start_swarm(
         try:
             await ensure_streams(nc.jetstream(), config.bus.max_payload_bytes)
             await champion_bucket(nc.jetstream())  # here, so no other role may create streams
+            await recipe_bucket(nc.jetstream())
             delay = config.ledger.restart_delay_s
             effective = workspace.run_dir / "swarm.toml"  # children run with exactly this config
             # The embedded server has per-role users: a token or password from the environment

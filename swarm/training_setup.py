@@ -20,6 +20,7 @@ from swarm.preflight import check_confinement
 from swarm.workspace import Workspace
 from training.run_limits import RunLimits
 from training.sandbox import Limits
+from training.spec_recipe import patched_or_refused
 from training.synthetic import SyntheticTarget
 from training.targets import BytelmTarget, CommandTarget, Target
 from training.trainer import Trainer, TrainerOptions
@@ -100,13 +101,15 @@ async def run_once(
         print(warning, file=sys.stderr)
     workspace.create()
     target = make_target(config, workspace)
-    source = target.initial_source()
     spec = run_spec(tier, seed, patch)
     device = resolve_device(device)
+    recipe = patched_or_refused(spec, target.initial_source(), target.editable, device, "swarm-run")
+    if isinstance(recipe, RunResult):
+        return recipe
     return await asyncio.to_thread(
         target.run,
         spec,
-        source,
+        recipe,
         limits_for(tier, config, device),
         workspace.root / "scratch",
         device,

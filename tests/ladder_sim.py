@@ -23,6 +23,7 @@ from bus.messages import (
     RunStatus,
     Verdict,
 )
+from recipes.identity import recipe_sha
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
@@ -145,6 +146,8 @@ class Sim:
     def run(self, spec: RunSpec) -> RunResult:
         base = self.ladder.champions[spec.champion_version].source
         source = patched_source(base, spec.patch, "recipe.py") if spec.patch else base
+        # What a trainer fetches by the spec's address is the recipe its champion and patch make.
+        assert spec.recipe_sha == recipe_sha(source), spec.run_id
         result = self.runner(spec, source)
         self.feed(result)
         return result

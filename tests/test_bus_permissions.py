@@ -40,6 +40,8 @@ from bus.subjects import (
     trainer_consumer_name,
 )
 from ledger.service import LedgerOptions, LedgerService
+from recipes.identity import recipe_sha
+from recipes.store import BUCKET as RECIPES_BUCKET
 from swarm.sql_client import ask_ledger
 from swarm.workspace import Workspace
 from tests.conftest import MAX_PAYLOAD, make_idea, make_result, wait_for_async
@@ -191,7 +193,18 @@ async def make_job(nc: Client) -> None:
     await enqueue_job(nc.jetstream(), spec(), timeout=1)
 
 
+FORGED_RECIPE = "LR = 9\n"
+FORGED_KEY = f"$KV.{RECIPES_BUCKET}.{recipe_sha(FORGED_RECIPE)}"
+
+
+async def forge_recipe(nc: Client) -> None:
+    """Write a recipe into the store trainers run recipes from: the ladder's alone."""
+    await nc.publish(FORGED_KEY, FORGED_RECIPE.encode())
+
+
 REFUSED = [
+    (Role.TRAINER, forge_recipe, f'publish to "{FORGED_KEY.lower()}"'),
+    (Role.RESEARCHER, forge_recipe, f'publish to "{FORGED_KEY.lower()}"'),
     (Role.TRAINER, publishing(make_idea(7)), 'publish to "swarm.events.idea"'),
     (
         Role.TRAINER,

@@ -14,6 +14,7 @@ from tests.training_helpers import TINY_LADDER
 from training.command_io import MetricReader
 from training.runner import RunLimits
 from training.sandbox import Limits
+from training.spec_recipe import patched_or_refused
 from training.targets import CommandTarget
 
 TRAIN = """import json, os
@@ -62,10 +63,13 @@ def run(
     run_spec: RunSpec | None = None,
 ) -> RunResult:
     target = CommandTarget(project, "train.py", command, MetricReader("val_loss"))
-    source = target.initial_source()
+    run_spec = run_spec or spec(patch)
+    recipe = patched_or_refused(run_spec, target.initial_source(), "train.py", "cpu", "test")
+    if isinstance(recipe, RunResult):
+        return recipe
     return target.run(
-        run_spec or spec(patch),
-        source,
+        run_spec,
+        recipe,
         RunLimits(time_limit_s=limit, limits=quota or Limits()),
         project.parent / "s",
         "cpu",

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import duckdb
 
-from bus.messages import BudgetKind, RunSpec, RunStatus, new_id
+from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from tests.conftest import run_swarm
 from training.runner import RunLimits
+from training.spec_recipe import patched_or_refused
 from training.synthetic import SyntheticTarget, loss, read_values
 
 TARGET = SyntheticTarget()
@@ -17,9 +18,10 @@ TARGET = SyntheticTarget()
 
 def run(patch: str = "", seed: int = 0, tier: int = 0) -> tuple[RunStatus, float | None, str]:
     spec = RunSpec(new_id("run"), tier, seed, 1, BudgetKind.TOKENS, 1000, patch=patch)
-    result = TARGET.run(
-        spec, TARGET.initial_source(), RunLimits(time_limit_s=10), Path("."), "cpu", "t", None
-    )
+    recipe = patched_or_refused(spec, TARGET.initial_source(), TARGET.editable, "cpu", "t")
+    if isinstance(recipe, RunResult):
+        return recipe.status, recipe.metric, recipe.reason
+    result = TARGET.run(spec, recipe, RunLimits(time_limit_s=10), Path("."), "cpu", "t", None)
     return result.status, result.metric, result.reason
 
 

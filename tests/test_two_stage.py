@@ -27,6 +27,7 @@ from training.command_target import CommandTarget
 from training.held_out import readable_except
 from training.runner import RunLimits
 from training.sandbox import landlock_abi
+from training.spec_recipe import patched_or_refused
 
 pytestmark = pytest.mark.skipif(landlock_abi() < 1, reason="held-out files need Landlock")
 
@@ -56,9 +57,11 @@ def run(t: CommandTarget, workspace: Path, patch: str = "", seed: int = 3) -> Ru
         budget=20,
         patch=patch,
     )
+    recipe = patched_or_refused(spec, t.initial_source(), t.editable, "cpu", "test")
+    assert isinstance(recipe, str), recipe
     return t.run(
         spec,
-        t.initial_source(),
+        recipe,
         RunLimits(time_limit_s=120),
         workspace / "scratch",
         "cpu",

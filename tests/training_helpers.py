@@ -9,6 +9,7 @@ from pathlib import Path
 from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from training.corpus import Corpus
 from training.runner import RunLimits, run_bytelm
+from training.spec_recipe import patched_or_refused
 from training.targets import RECIPE
 
 TINY_DIALS = {"depth": 1, "width": 32, "context": 16}
@@ -59,9 +60,13 @@ def run(
     log_dir: Path | None = None,
     **spec: object,
 ) -> RunResult:
+    run_spec = tiny_spec(patch, **spec)  # type: ignore[arg-type]
+    recipe = patched_or_refused(run_spec, CHAMPION, "recipe.py", "cpu", "")
+    if isinstance(recipe, RunResult):
+        return recipe
     return run_bytelm(
-        tiny_spec(patch, **spec),  # type: ignore[arg-type]
-        CHAMPION,
+        run_spec,
+        recipe,
         corpus,
         limits,
         scratch,

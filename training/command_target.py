@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
-from recipes.patch import PatchRefused, apply
 from training.command_io import CommandError, MetricReader
 from training.command_stage import (
     EVAL_SUFFIX,
@@ -88,11 +87,9 @@ class CommandTarget:
         if not PLAIN_NAME.fullmatch(spec.run_id):  # it names the copies, then removed
             why = f"run id {spec.run_id[:200]!r} is not a plain name"
             return RunResult(**base, status=RunStatus.REFUSED, reason=why)
+        patched = source  # the whole editable file to run (training/spec_recipe.py)
         try:
-            patched = apply(source, spec.patch, self.editable) if spec.patch else source
             held_out = hidden_from_training(self.project, self.held_out, bool(self.eval_command))
-        except PatchRefused as exc:
-            return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
         except CommandError as exc:
             return RunResult(**base, status=RunStatus.REFUSED, reason=str(exc))
         run = RunContext(spec, limits, device, cancel, self.own_python)

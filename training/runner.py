@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
-from recipes.patch import PatchRefused, apply
 from training.corpus import Corpus
 from training.experiment_session import (
     ChildGone,
@@ -47,18 +46,16 @@ def run_bytelm(
     log_dir: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> RunResult:
-    """Run one bytelm experiment; never raises for anything the experiment does (only
-    Cancelled, when `cancel` is set by a trainer shutting down)."""
+    """Run one bytelm experiment of `recipe`, the whole editable file; never raises for
+    anything the experiment does (only Cancelled, when `cancel` is set by a trainer shutting
+    down)."""
     base = result_fields(
         spec, device, trainer, corpus_hash=corpus.corpus_hash, unconfined=limits.unsafe_no_sandbox
     )
     if not PLAIN_NAME.fullmatch(spec.run_id):  # it names the scratch directory, then removed
         why = f"run id {spec.run_id[:200]!r} is not a plain name"
         return RunResult(**base, status=RunStatus.REFUSED, reason=why)
-    try:
-        source = apply(recipe, spec.patch, "recipe.py") if spec.patch else recipe
-    except PatchRefused as exc:
-        return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
+    source = recipe  # the whole file to run (training/spec_recipe.py): nothing is patched here
     scratch = scratch_root / spec.run_id
     remove_tree(scratch)
     scratch.mkdir(parents=True)

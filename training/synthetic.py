@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
-from recipes.patch import PatchRefused, apply
 from training.process_outcome import result_fields
 from training.run_limits import RunLimits
 from training.target_info import SYNTHETIC
@@ -75,9 +74,9 @@ def read_values(source: str) -> dict[str, float]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _patched_values(source: str, patch: str, editable: str) -> Mapping[str, float]:
-    """An idea runs on several seeds and tiers: its recipe is patched and parsed once."""
-    return read_values(apply(source, patch, editable) if patch else source)
+def _values(recipe: str) -> Mapping[str, float]:
+    """An idea runs on several seeds and tiers: its recipe is parsed once."""
+    return read_values(recipe)
 
 
 @dataclass
@@ -104,13 +103,12 @@ class SyntheticTarget:
         log_dir: Path | None,
         cancel: threading.Event | None = None,
     ) -> RunResult:
-        """Limits, scratch, logs and cancelling do not apply: nothing runs but arithmetic."""
+        """`source` is the whole recipe (training/spec_recipe.py). Limits, scratch, logs and
+        cancelling do not apply: nothing runs but arithmetic."""
         started = time.monotonic()
         base = result_fields(spec, device, trainer, metric_name=self.metric_name)
         try:
-            values = _patched_values(source, spec.patch, self.editable)
-        except PatchRefused as exc:
-            return RunResult(**base, status=RunStatus.REFUSED, reason=f"patch refused: {exc}")
+            values = _values(source)
         except (SyntaxError, ValueError) as exc:
             return RunResult(**base, status=RunStatus.CRASH, reason=f"recipe: {exc}")
         return RunResult(

@@ -40,8 +40,11 @@ from bus.subjects import (
     job_subject,
     trainer_consumer_name,
 )
+from recipes.patch import PatchRefused
+from recipes.store import RecipeMissing, RecipeStore
 from training.process_outcome import result_fields
 from training.run_limits import Cancelled, RunLimits
+from training.spec_recipe import from_patch, patch_refusal, refused
 from training.targets import Target
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,7 @@ class Trainer:
         self.name = f"trainer-{socket.gethostname()}-{new_id('')[1:9]}"
         self.completed = 0
         self.champions = ChampionStore(self.js)
+        self.recipes = RecipeStore(self.js)
         self._cancel = threading.Event()
         self._higher_empty_until = 0.0  # monotonic: higher tiers were found empty until then
         self._current: tuple[int, float] = (0, 0.0)  # champion number, monotonic time read
@@ -190,10 +194,13 @@ class Trainer:
             await self._publish(RunResult(**base, status=RunStatus.SKIPPED, reason=why), msg)
             return
         try:
-            source = await self._champion(spec.champion_version)
-        except ChampionMissing as exc:
-            base = result_fields(spec, self.options.device, self.name)
-            await self._publish(RunResult(**base, status=RunStatus.REFUSED, reason=str(exc)), msg)
+            source = await self._recipe(spec)
+        except (RecipeMissing, ChampionMissing) as exc:
+            await self._publish(refused(spec, self.options.device, self.name, str(exc)), msg)
+            return
+        except PatchRefused as exc:
+            why = patch_refusal(exc)
+            await self._publish(refused(spec, self.options.device, self.name, why), msg)
             return
         log.info(
             "run %s (tier %d, seed %d, delivery %d)", spec.run_id, spec.tier, spec.seed, deliveries
@@ -253,9 +260,18 @@ class Trainer:
             if isinstance(outcome, Exception):
                 log.warning("a result was not published (its job will be redelivered): %s", outcome)
 
+    async def _recipe(self, spec: RunSpec) -> str:
+        """The whole recipe `spec` runs: by its content address from the recipe store; for a
+        RunSpec older than those (schema v1.1), its champion with its patch applied
+        (spec_recipe.py)."""
+        if spec.recipe_sha:
+            return await self.recipes.get(spec.recipe_sha)
+        champion = await self._champion(spec.champion_version)
+        return from_patch(champion, spec.patch, self.target.editable)
+
     async def _champion(self, version: int) -> str:
-        """The recipe a RunSpec's patch applies to, from the champion store. Version 1 is the
-        target's own recipe, so a trainer also serves RunSpecs made without a ladder."""
+        """The recipe an older RunSpec's patch applies to, from the champion store. Version 1 is
+        the target's own recipe, so a trainer also serves RunSpecs made without a ladder."""
         try:
             return await self.champions.get(version)
         except ChampionMissing:
