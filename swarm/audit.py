@@ -9,7 +9,9 @@ Primary keys already make a redelivered event one row. What they cannot catch, a
 - **duplicated decisions**: two rule verdicts closing the same idea at the same tier and version;
 - **lineage**: champion versions 1..N without gaps, each one's parent the version before it, its
   sha that of its source, each stacked one an idea the rules promoted at the top tier;
-- **replay**: a fresh ladder folding the ledger's events must hold the same champion, and, on a
+- **replay**: every RunSpec's recipe address must be that of its champion with its patch (what
+  trainers ran, fetched by address, is what the ledger says was tested); a fresh ladder folding
+  the ledger's events must hold the same champion, and, on a
   swarm that stopped with nothing in flight, find nothing left to do (the live ladder saw and
   acted on everything the ledger holds).
 
@@ -38,7 +40,8 @@ from bus.messages import (
 )
 from ledger.duckdb_store import open_database
 from ledger.readback import KIND_ORDER, read_messages
-from recipes.identity import names
+from recipes.identity import names, recipe_sha
+from scale_ladder.admission import NotAdmitted
 from scale_ladder.ladder import Ladder
 
 # Verdicts that close an idea at a tier (RETEST asks for more seeds; HELD waits for a person).
@@ -177,6 +180,16 @@ def _check_replay(
         return  # the ladder never started: nothing to replay
     for message in messages:
         ladder.observe(message)
+    for spec in (m for m in messages if isinstance(m, RunSpec) and m.recipe_sha):
+        try:
+            made = recipe_sha(ladder.recipe_of(spec.champion_version, spec.patch))
+        except (KeyError, NotAdmitted) as exc:
+            made = f"none ({exc})"
+        if made != spec.recipe_sha:
+            report.replay.append(
+                f"{spec.run_id} names recipe {spec.recipe_sha[:12]}; its champion "
+                f"v{spec.champion_version} and patch make {made[:80]}"
+            )
     if ladder.current != report.champion_version:
         report.replay.append(
             f"a replay holds champion v{ladder.current}, the ledger v{report.champion_version}"

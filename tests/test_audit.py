@@ -105,6 +105,19 @@ def test_a_broken_lineage_is_named(tmp_path: Path) -> None:
     ]
 
 
+def test_a_run_spec_naming_another_recipe_than_it_tested_is_named(tmp_path: Path) -> None:
+    history = a_swarm_history(tmp_path)
+    spec = next(m for m in history if isinstance(m, RunSpec) and m.idea_id == "idea-bad")
+    other = "0" * 64
+    report = audit(
+        tmp_path, [dataclasses.replace(spec, recipe_sha=other) if m is spec else m for m in history]
+    )
+    made = next(m for m in history if isinstance(m, RunSpec) and m.idea_id == "idea-bad")
+    assert report.replay == [
+        f"{spec.run_id} names recipe {other[:12]}; its champion v1 and patch make {made.recipe_sha}"
+    ]
+
+
 def test_a_ladder_that_acted_on_less_than_the_ledger_holds_is_caught(tmp_path: Path) -> None:
     # An idea reached the ledger but the ladder never acted on it: a replay would admit it.
     history = a_swarm_history(tmp_path)
