@@ -128,6 +128,15 @@ def apply(text: str, patch: str, editable: str) -> str:
             f"the patched {editable} would be {len(new)} characters; it may grow to at most "
             f"{MAX_FILE_CHARS}"
         )
+    # In bytes too: the recipe is stored as UTF-8 in one bus message (recipes/store.py), and a
+    # file of MAX_FILE_CHARS three-byte characters would pass a bus's 1 MiB default only as
+    # characters (found by a red team: the ladder retried the store write forever).
+    size = len(new.encode())
+    if size > max(MAX_FILE_CHARS, len(text.encode())):
+        raise PatchRefused(
+            f"the patched {editable} would be {size} bytes in UTF-8; it may grow to at most "
+            f"{MAX_FILE_CHARS}"
+        )
     return new
 
 

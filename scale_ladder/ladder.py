@@ -64,6 +64,10 @@ from scale_ladder.spot_checks import spot_check
 __all__ = ["Ladder", "LadderRefusal", "Phase"]
 
 
+class Misnamed(NotAdmitted):
+    """An idea that names another recipe than its patch makes: refused, whatever its champion."""
+
+
 class Ladder(LadderState):
     """The state plus what it calls for: `act()`, and the requests people may make."""
 
@@ -127,9 +131,10 @@ class Ladder(LadderState):
             patch = idea.patch
             new_source = patched_source(base.source, patch, self.editable)
             if idea.recipe_sha and recipe_sha(new_source) != idea.recipe_sha:
-                raise NotAdmitted(
-                    f"its patch makes recipe {recipe_sha(new_source)[:12]} of champion "
-                    f"v{idea.champion_version}, but the idea names recipe {idea.recipe_sha[:12]}"
+                raise Misnamed(
+                    f"its patch makes recipe {recipe_sha(new_source)} of champion "
+                    f"v{idea.champion_version}, but the idea names recipe "
+                    f"{idea.recipe_sha[:80]!r}"
                 )
             if moved := moved_fixed(base.source, new_source, self.fixed):
                 raise NotAdmitted(
@@ -143,7 +148,9 @@ class Ladder(LadderState):
                 self._second_look(state, patch)
                 return
         except NotAdmitted as exc:
-            verdict = Verdict.REFUSED if idea.champion_version == self.current else Verdict.STALE
+            # STALE: it fit an older champion but not the current one; never for a false name
+            fits = idea.champion_version == self.current or isinstance(exc, Misnamed)
+            verdict = Verdict.REFUSED if fits else Verdict.STALE
             self._decide(state, verdict, str(exc), version=self.current)
             return
         if self._is_duplicate(state, patch):

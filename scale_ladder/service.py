@@ -41,8 +41,10 @@ from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from ledger.remote_events import ledger_events
+from recipes.identity import recipe_sha
 from recipes.store import RecipeStore
 from scale_ladder import snapshot
+from scale_ladder.admission import NotAdmitted
 from scale_ladder.ladder import Ladder, LadderRefusal
 
 log = logging.getLogger(__name__)
@@ -207,7 +209,11 @@ class LadderService:
                     if run_id in waiting and run_id not in queued and run_id not in self._held
                 ]
                 for spec in lost:
-                    await self._store_recipes([spec])
+                    try:
+                        await self._store_recipes([spec])
+                    except (NotAdmitted, KeyError) as exc:  # no recipe to make: the rest go on
+                        log.error("lost job %s not put back: %s", spec.run_id, exc)
+                        continue
                     await requeue_job(self.js, spec)
             if lost:
                 log.warning("put back %d lost jobs: %s", len(lost), [s.run_id for s in lost])
@@ -328,6 +334,9 @@ class LadderService:
             for s in specs
             if s.recipe_sha
         }
+        for sha, source in recipes.items():
+            if recipe_sha(source) != sha:  # a RunSpec this ladder did not make so: say so
+                log.error("RunSpec recipe %s is not what its champion and patch make", sha[:80])
         await asyncio.gather(*(self.recipes.put(source) for source in recipes.values()))
 
     async def _publish_one(self, message: Message) -> None:

@@ -16,6 +16,7 @@ from bus.nats_bus import enqueue_run
 from bus.subjects import ensure_trainer_consumer
 from ledger.service import LedgerService
 from recipes.identity import recipe_sha
+from recipes.patch import MAX_FILE_CHARS, PatchRefused, apply, make_patch
 from recipes.store import RecipeMissing, RecipeStore, recipe_bucket
 from tests.conftest import wait_for_async
 from tests.ladder_sim import decisions, make_ladder, patch, started
@@ -114,7 +115,7 @@ def test_an_idea_naming_another_recipe_than_its_patch_makes_is_refused(tmp_path:
     sim.run_all()
     (lies,) = decisions(sim, "idea-lies")
     assert lies.verdict is Verdict.REFUSED
-    assert f"the idea names recipe {wrong[:12]}" in lies.rule and right[:12] in lies.rule
+    assert f"the idea names recipe {wrong!r}" in lies.rule and f"makes recipe {right}" in lies.rule
     # Named rightly, or not named (an older researcher): admitted, and its RunSpecs name it.
     assert decisions(sim, "idea-named")[0].verdict is not Verdict.REFUSED
     specs = [m for m in sim.log if isinstance(m, RunSpec) and m.idea_id == "idea-named"]
@@ -122,3 +123,29 @@ def test_an_idea_naming_another_recipe_than_its_patch_makes_is_refused(tmp_path:
     baselines = [m for m in sim.log if isinstance(m, RunSpec) and not m.idea_id]
     assert {s.recipe_sha for s in baselines if s.champion_version == 1} == {recipe_sha(base)}
     assert decisions(sim, "idea-true")[0].verdict is not Verdict.REFUSED
+
+
+def test_a_false_name_is_refused_on_an_older_champion_too(tmp_path: Path) -> None:
+    """Not STALE, which says the champion moved on: the idea itself is wrong."""
+    sim = started(make_ladder(tmp_path))
+    sim.propose("idea-win", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    assert sim.ladder.current == 2
+    base = sim.ladder.champions[1].source
+    change = patch("WD = 0.1", "WD = 0.2", base)
+    sim.feed(Idea("idea-old-lie", "tester", "h", change, 1, recipe_sha="0" * 64))
+    (lie,) = decisions(sim, "idea-old-lie")
+    assert lie.verdict is Verdict.REFUSED and "the idea names recipe" in lie.rule
+
+
+def test_a_recipe_too_large_for_one_bus_message_is_refused_at_admission() -> None:
+    """Counted in UTF-8 bytes, not characters: three-byte characters tripled a recipe past the
+    bus's message size, and the ladder retried storing it forever."""
+    lines = [f"# {i:06d} " + "a" * 90 + "\n" for i in range(5000)]
+    champion = "X = 1\n" + "".join(lines)  # about 500,000 characters, as many bytes
+    wide = "X = 1\n" + "".join(
+        line.replace("a", "—") if i < 280 else line for i, line in enumerate(lines)
+    )
+    assert len(wide) <= MAX_FILE_CHARS < len(wide.encode())
+    with pytest.raises(PatchRefused, match="bytes in UTF-8"):
+        apply(champion, make_patch(champion, wide, "recipe.py"), "recipe.py")
