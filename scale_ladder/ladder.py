@@ -130,9 +130,10 @@ class Ladder(LadderState):
         try:
             patch = idea.patch
             new_source = patched_source(base.source, patch, self.editable)
-            if idea.recipe_sha and recipe_sha(new_source) != idea.recipe_sha:
+            made = recipe_sha(new_source) if idea.recipe_sha else ""
+            if made != idea.recipe_sha:
                 raise Misnamed(
-                    f"its patch makes recipe {recipe_sha(new_source)} of champion "
+                    f"its patch makes recipe {made} of champion "
                     f"v{idea.champion_version}, but the idea names recipe "
                     f"{idea.recipe_sha[:80]!r}"
                 )

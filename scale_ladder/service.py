@@ -41,7 +41,6 @@ from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from ledger.remote_events import ledger_events
-from recipes.identity import recipe_sha
 from recipes.store import RecipeStore
 from scale_ladder import snapshot
 from scale_ladder.admission import NotAdmitted
@@ -334,10 +333,10 @@ class LadderService:
             for s in specs
             if s.recipe_sha
         }
-        for sha, source in recipes.items():
-            if recipe_sha(source) != sha:  # a RunSpec this ladder did not make so: say so
-                log.error("RunSpec recipe %s is not what its champion and patch make", sha[:80])
-        await asyncio.gather(*(self.recipes.put(source) for source in recipes.values()))
+        stored = await asyncio.gather(*(self.recipes.put(source) for source in recipes.values()))
+        for named, sha in zip(recipes, stored, strict=True):
+            if named != sha:  # a RunSpec this ladder did not make so: say so
+                log.error("RunSpec recipe %s is not what its champion and patch make", named[:80])
 
     async def _publish_one(self, message: Message) -> None:
         if isinstance(message, RunSpec):

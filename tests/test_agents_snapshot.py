@@ -87,14 +87,20 @@ def learned(r: Researcher) -> dict[str, object]:
     }
 
 
-@pytest.fixture(autouse=True)
-def no_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+def stop_when_caught_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host run by run_host stops as soon as it has caught up, before any researcher acts."""
+
     async def caught_up_then_stop(*args: object) -> None:
         stop = args[3]
         assert isinstance(stop, asyncio.Event)
         stop.set()
 
     monkeypatch.setattr(host, "_tick", caught_up_then_stop)
+
+
+@pytest.fixture(autouse=True)
+def no_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop_when_caught_up(monkeypatch)
 
 
 async def test_a_restart_reads_only_the_events_after_its_snapshot(

@@ -13,15 +13,12 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-import agents.host as host
-from agents.brain import Persona
-from agents.brain_groups import BrainGroup
-from agents.host import HostOptions, run_host
+from agents.host import run_host
 from bus.champion_store import champion_bucket
 from bus.codec import encode
 from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import Idea, Message
-from bus.nats_bus import BusSettings, connect, publish_event
+from bus.nats_bus import BusSettings, connect
 from bus.replay import EventsPurged, replay_events
 from bus.subjects import EVENTS_STREAM, LEDGER_CONSUMER, ensure_streams
 from ledger.remote_events import ledger_events
@@ -31,17 +28,8 @@ from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
 from tests.conftest import wait_for_async
 from tests.ladder_sim import make_ladder, started
+from tests.test_agents_snapshot import AUTHOR, options, publish, stop_when_caught_up
 from tests.test_ladder_snapshot import state_of
-
-AUTHOR = "h-0-explorer"
-
-
-async def publish(nc: Client, messages: list[Message]) -> None:
-    js = nc.jetstream()
-    for message in messages:
-        if isinstance(message, Idea):
-            message = dataclasses.replace(message, author=AUTHOR)
-        await publish_event(js, message)
 
 
 async def stored_through(nc: Client, seq: int) -> None:
@@ -69,17 +57,8 @@ async def ladder_state(nc: Client, tmp_path: Path, snapshot: Path | None = None)
 
 
 async def host_findings(nc: Client, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    async def caught_up_then_stop(*args: object) -> None:
-        stop = args[3]
-        assert isinstance(stop, asyncio.Event)
-        stop.set()
-
-    monkeypatch.setattr(host, "_tick", caught_up_then_stop)
-    options = HostOptions(
-        count=1, name_prefix="h", personas=(Persona.EXPLORER,), max_in_flight=2, seed=0,
-        editable="recipe.py", target="bytelm", top_tier=1, groups=(BrainGroup("heuristic", 1),),
-    )  # fmt: skip
-    (researcher,) = await asyncio.wait_for(run_host(nc, options, asyncio.Event()), 60)
+    stop_when_caught_up(monkeypatch)
+    (researcher,) = await asyncio.wait_for(run_host(nc, options(None), asyncio.Event()), 60)
     return {"findings": dict(researcher.history.findings), "notes": list(researcher.notes)}
 
 

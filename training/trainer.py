@@ -195,11 +195,8 @@ class Trainer:
             return
         try:
             source = await self._recipe(spec)
-        except (RecipeMissing, ChampionMissing) as exc:
-            await self._publish(refused(spec, self.options.device, self.name, str(exc)), msg)
-            return
-        except PatchRefused as exc:
-            why = patch_refusal(exc)
+        except (RecipeMissing, ChampionMissing, PatchRefused) as exc:
+            why = patch_refusal(exc) if isinstance(exc, PatchRefused) else str(exc)
             await self._publish(refused(spec, self.options.device, self.name, why), msg)
             return
         log.info(
