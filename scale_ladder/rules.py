@@ -29,6 +29,15 @@ comparison there is one number repeated, so `decide` answers HELD (`SEED_IGNORED
 verdict, whatever the idea's runs say; the ladder holds the tier until a seed gives a different
 metric. An idea whose own metrics are equal across seeds while the baseline's vary is rejected.
 
+A tier below the top may be a screening tier (`sigmas = 0`): it promotes on the minimum
+improvement and the rank gate alone, a one-seed win at the first tier confirmed on a second, and
+asks for no significance. Its question is which ideas are worth the next tier's compute, not
+whether an idea is better for sure: the next tier re-tests every idea it sends on fresh seeds,
+and the top tier, where the noise gate is required (tiers.py), decides what is stacked. A
+significance gate at every tier asks a small, noisy proxy for evidence it cannot give for
+cheap: measured in bench.search, it rejected 96% of the ideas that were truly better at the
+top on MF-Hartmann-6 "bad" (docs/benchmarks.md, "Screening tiers").
+
 A tier may be declared deterministic (`deterministic = true`: its metric does not depend on the
 seed by design, as in a simulator or a benchmark whose top fidelity has no noise). It runs each
 recipe once and promotes on the minimum improvement alone (and the rank gate). Never inferred:
@@ -70,7 +79,7 @@ EQUAL_GAINS = "the paired gains are equal on every seed"
 @dataclass(frozen=True, slots=True)
 class PromotionRule:
     min_improvement: float = 0.002  # relative to the baseline mean (0.2%)
-    sigmas: float = 2.0
+    sigmas: float = 2.0  # 0: a screening tier (see the module's docstring)
     top_fraction: float = 0.0  # 0 switches the rank gate off
     cold_start: int = 8
     seeds: int = 2
@@ -234,6 +243,11 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         f"gain {delta:.4g} (n={n}), noise gate {rule.sigmas:g}σ/√n = {gate:.4g} "
         f"(σ_d {sigma:.4g}, {source}), minimum {needed:.4g}"
     )
+    if rule.sigmas == 0:
+        numbers = (
+            f"gain {delta:.4g} (n={n}), minimum {needed:.4g}; a screening tier: no noise gate, "
+            f"the next tier re-tests on fresh seeds (σ_d {sigma:.4g}, {source})"
+        )
     if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
         numbers += f"; σ_d ≈ 0 ({EQUAL_GAINS}): no noise estimate"
     elif delta - gate > 0 and delta >= needed:

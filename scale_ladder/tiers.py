@@ -127,6 +127,11 @@ class LadderConfig:
     near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
 
 
+# Rule keys that may be 0: the rank gate and spot checks off, and a screening tier (sigmas = 0,
+# rules.py); the rest must be positive.
+_MAY_BE_ZERO = ("top_fraction", "spot_checks", "sigmas")
+
+
 def load_ladder(path: Path | None = None, target: str = "bytelm") -> LadderConfig:
     """The ladder in `path` for `target` (bytelm, synthetic or command)."""
     path = path or DEFAULT_LADDER
@@ -152,9 +157,14 @@ def load_ladder(path: Path | None = None, target: str = "bytelm") -> LadderConfi
     tiers = data.get("tier")
     if not isinstance(tiers, list) or not tiers:
         raise LadderConfigError(f"{path}: no [[tier]] tables")
-    return LadderConfig(
-        [_tier(i, raw, path, target) for i, raw in enumerate(tiers)], approval, float(similarity)
-    )
+    built = [_tier(i, raw, path, target) for i, raw in enumerate(tiers)]
+    top = built[-1]
+    if top.rule.sigmas == 0 and not top.rule.deterministic:
+        raise LadderConfigError(
+            f"{path}: tier[{top.index}].sigmas must be positive: the top tier's noise gate is "
+            "what guards the champion (sigmas = 0 makes a screening tier, for the tiers below it)"
+        )
+    return LadderConfig(built, approval, float(similarity))
 
 
 def load_tiers(path: Path | None = None, target: str = "bytelm") -> list[Tier]:
@@ -207,7 +217,7 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
             raise LadderConfigError(f"{where}: missing key {key}")
         values[key] = _value(where, key, kind, raw[key], positive=True)
     rule_values = {
-        key: _value(where, key, kind, raw[key], positive=key not in ("top_fraction", "spot_checks"))
+        key: _value(where, key, kind, raw[key], positive=key not in _MAY_BE_ZERO)
         for key, kind in _RULE_FIELDS.items()
         if key in raw
     }
@@ -225,6 +235,10 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
     if rule.max_seeds < rule.seeds:
         raise LadderConfigError(
             f"{where}.max_seeds ({rule.max_seeds}) is below seeds ({rule.seeds})"
+        )
+    if rule.sigmas < 0:
+        raise LadderConfigError(
+            f"{where}.sigmas must be positive, or 0 for a screening tier, got {rule.sigmas}"
         )
     if not 0 <= rule.top_fraction < 1:
         raise LadderConfigError(f"{where}.top_fraction must be in [0, 1), got {rule.top_fraction}")
