@@ -203,3 +203,23 @@ def test_the_comparison_runs_the_swarm_and_optuna_and_reports_regret(
         assert all(float(row.split()[1]) >= 0 for row in rows)  # a final regret, each problem
     assert "swarm-tpe / best peer" in out or "swarm-tpe's median regret" in out
     assert len(list(tmp_path.glob("search-*.png"))) == 2
+
+
+def test_the_verdicts_bench_counts_each_idea_once_per_tier_and_champion() -> None:
+    """bench/search/verdicts.py: every last verdict is counted once, and the top tier's
+    PROMOTEs are the champions the ladder stacked."""
+    from bench.search.sim import simulate
+    from bench.search.verdicts import Recorded, count
+
+    problem = make_problem("synthetic:0.9")
+    method = Recorded(problem, 0, "tpe")
+    try:
+        simulate(problem, method, 150, 4, 0)
+    finally:
+        method.close()
+    verdicts, _ = count(method, problem, 0.005)
+    last = {(d.idea_id, d.tier, d.champion_version) for d in method.decisions}
+    assert sum(verdicts.values()) == len(last) > 0
+    top = len(method.ladder.tiers) - 1
+    stacked = sum(n for (tier, _, v), n in verdicts.items() if tier == top and v == "PROMOTE")
+    assert stacked == len(method.ladder.champions) - 1

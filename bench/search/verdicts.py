@@ -47,10 +47,14 @@ def count(method: Recorded, problem: Problem, margin: float) -> tuple[Counter[tu
     last = {(d.idea_id, d.tier, d.champion_version): d for d in method.decisions}
     verdicts: Counter[tuple] = Counter()
     reasons: Counter[tuple] = Counter()
+    versions: dict[str, list[int]] = {}
+    for idea_id, version in method.specs:
+        versions.setdefault(idea_id, []).append(version)
     for (idea_id, tier, version), decision in last.items():
-        spec = method.specs.get((idea_id, version))
-        if spec is None:
-            continue
+        # An idea carried over to a new champion with its recipe unchanged keeps its runs and
+        # gets no RunSpec there: its recipe is its spec's on the version it came from.
+        made = max(v for v in versions[idea_id] if v <= version)
+        spec = method.specs[(idea_id, made)]
         idea = problem.true_loss(spec_config(method.ladder, problem.params, spec))
         champion = method.ladder.champions[version].source
         gain = problem.true_loss(config_of(problem.params, champion)) - idea
