@@ -19,6 +19,7 @@ from bus.messages import Idea, Message, RunSpec
 from bus.nats_bus import publish_event
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
+from scale_ladder.noise_pool import earlier_noise
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
 from tests.ladder_sim import make_ladder, ok_runner, patch
@@ -28,9 +29,9 @@ def state_of(ladder: Ladder) -> dict[str, object]:
     """What the ladder knows, in a comparable form."""
     return {
         "ideas": {i: (s.phase, s.version, s.tier) for i, s in ladder.ideas.items()},
-        "results": {k: sorted(v) for k, v in ladder.results.items() if v},
+        "results": {k: sorted(v) for k, v in ladder.runs.results.items() if v},
         "champions": sorted(ladder.champions),
-        "gains": {k: dict(v) for k, v in ladder.gains.items() if v},
+        "gains": {k: dict(v) for k, v in ladder.promotion.gains.items() if v},
     }
 
 
@@ -58,7 +59,7 @@ class Running:
         for _ in range(rounds):
             await asyncio.sleep(0.2)
             async with self.service._lock:
-                waiting = list(self.service.ladder.unfinished.values())
+                waiting = list(self.service.ladder.runs.unfinished.values())
             if not waiting:
                 return
             for spec in waiting:
@@ -190,9 +191,9 @@ async def test_an_idea_a_kill_left_waiting_is_decided_after_a_restart(
     old = next(line for line in source.splitlines() if line.startswith("WD = "))
     idea = Idea("idea-x", "tester", "h", patch(old, "WD = 0.12", source), v)
     await publish_event(nc.jetstream(), idea)
-    seed = ladder.seed(0, 0)
+    seed, corpus = ladder.seed(0, 0), ladder.baselines.corpus
     spec = ladder.tiers[0].run_spec(
-        f"run-idea-x-v{v}-t0-s{seed}", seed, v, "idea-x", idea.patch, ladder.target, ladder.corpus
+        f"run-idea-x-v{v}-t0-s{seed}", seed, v, "idea-x", idea.patch, ladder.target, corpus
     )
     await publish_event(nc.jetstream(), result_of(ladder, spec))  # the trainer ran the job
     again = Running(nc, make_ladder(tmp_path), snap)
@@ -219,7 +220,7 @@ async def test_a_start_without_a_limit_keeps_the_count_a_later_limit_needs(
     await publish_event(nc.jetstream(), dataclasses.replace(more, champion_version=1))
     await asyncio.sleep(1.0)
     await limited.close()
-    specs = [s for s in limited.service.ladder.unfinished if "idea-more" in s]
+    specs = [s for s in limited.service.ladder.runs.unfinished if "idea-more" in s]
     assert len(limited.service._specs) == made and limited.service._held >= set(specs)
 
 
@@ -247,7 +248,7 @@ def test_the_racing_prior_is_the_same_whenever_an_old_champions_result_came(
     assert sim.ladder.current > 1 and late
     for spec in late:  # idea-b's v1 runs end after v2 was made
         sim.run(spec)
-    live = [sim.ladder.earlier_noise(t.index) for t in sim.ladder.tiers]
+    live = [earlier_noise(sim.ladder, t.index) for t in sim.ladder.tiers]
     replayed = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source)
     log = list(sim.log)
     changes = [m for m in log if getattr(m, "KIND", "") == "champion_change" and m.version > 1]
@@ -256,8 +257,8 @@ def test_the_racing_prior_is_the_same_whenever_an_old_champions_result_came(
     cut = reordered.index(changes[0])
     for message in [*reordered[:cut], *tail, *reordered[cut:]]:
         replayed.observe(message)
-    assert [replayed.earlier_noise(t.index) for t in replayed.tiers] == live
+    assert [earlier_noise(replayed, t.index) for t in replayed.tiers] == live
     without = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source)
     for message in reordered:  # the late runs make a difference to the pool
         without.observe(message)
-    assert [without.earlier_noise(t.index) for t in without.tiers] != live
+    assert [earlier_noise(without, t.index) for t in without.tiers] != live
