@@ -30,7 +30,9 @@ from scale_ladder.runs import Runs
 from scale_ladder.spot_checks import Checks
 from scale_ladder.tiers import Tier
 
-FORMAT = 2
+# 3: the state in parts (runs, intake, baselines, noise, promotion, lineage); a format-2
+# snapshot pickled one LadderState, which this build has not
+FORMAT = 3
 # What the state was folded under: a ladder configured otherwise decides otherwise.
 CONFIG_FIELDS = (
     "tiers",

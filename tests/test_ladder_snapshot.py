@@ -17,12 +17,14 @@ import scale_ladder.service as service
 from bus.champion_store import champion_bucket
 from bus.messages import Idea, Message, RunSpec
 from bus.nats_bus import publish_event
+from bus.snapshot_file import Checkpoint
+from scale_ladder import snapshot
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.noise_pool import earlier_noise
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
-from tests.ladder_sim import make_ladder, ok_runner, patch
+from tests.ladder_sim import make_ladder, ok_runner, patch, started
 
 
 def state_of(ladder: Ladder) -> dict[str, object]:
@@ -122,7 +124,14 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
     await replayed.close()
 
 
+# A snapshot as the build before the ladder's state was split in parts wrote it: format 2, that
+# build's digest of its state's classes, and a pickle of one LadderState (a module this build
+# no longer has).
+OLD_LAYOUT_CLASSES = "5fff1a06a2cb830d"
+OLD_LAYOUT_STATE = b"\x80\x05cscale_ladder.ladder_state\nLadderState\n)\x81."
+
 SPOILS = [
+    "old layout",
     "truncate",
     "reconfigure",
     "another secret",
@@ -140,7 +149,12 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     snap = tmp_path / "ladder.snapshot"
     first = await swarm_history(nc, tmp_path, snap)
     ladder = make_ladder(tmp_path)
-    if spoil == "truncate":
+    if spoil == "old layout":
+        header = json.loads(snap.read_bytes().partition(b"\n")[0])
+        header.update(format=2, classes=OLD_LAYOUT_CLASSES)
+        snap.write_bytes(json.dumps(header).encode() + b"\n" + OLD_LAYOUT_STATE)
+        why = f"format 2, this build writes {snapshot.FORMAT}"
+    elif spoil == "truncate":
         snap.write_bytes(snap.read_bytes()[: snap.stat().st_size // 2])
         why = "unreadable"
     elif spoil == "event gone":  # the stream lost its tail (a crash before its disk sync)
@@ -176,6 +190,22 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     assert why in caplog.text and "replaying the whole stream" in caplog.text
     assert min(again.seqs) == min(first.seqs)  # from its first event of a kind it folds
     assert set(again.service.ladder.ideas) == set(first.service.ladder.ideas)
+
+
+def test_a_snapshot_holds_every_part_of_the_ladder(tmp_path: Path) -> None:
+    """Saved and loaded, the ladder is the one it was in every part (runs, admission indexes,
+    baselines, pooled noise, promotions, lineage), with its secret from its own file."""
+    sim = started(make_ladder(tmp_path))
+    for name, change in {"a": "LR = 1.0->LR = 2.0", "b": "WD = 0.1->WD = 0.3"}.items():
+        sim.propose(f"idea-{name}", change)
+    sim.run_all(hold=lambda spec: spec.idea_id == "idea-b")  # idea-b's runs stay out
+    assert sim.ladder.current > 1 and sim.ladder.runs.unfinished
+    path = tmp_path / "ladder.snapshot"
+    saved = snapshot.Snapshot(sim.ladder, Checkpoint(1, "idea-idea-a", "stream"), frozenset())
+    snapshot.save(path, saved)
+    loaded = snapshot.load(path, make_ladder(tmp_path), "stream", 1).ladder
+    assert loaded == sim.ladder
+    assert loaded.lineage.current == loaded.current > 1
 
 
 async def test_an_idea_a_kill_left_waiting_is_decided_after_a_restart(
