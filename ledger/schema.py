@@ -106,7 +106,7 @@ TABLES: dict[str, Table] = {
 }
 
 # A stacked idea's runs at a token-budget tier are runs of the new champion's recipe, and the
-# ladder keeps them as its baseline instead of running it again (scale_ladder/ladder_state.py);
+# ladder keeps them as its baseline instead of running it again (scale_ladder/lineage.py);
 # these two views count them as the champion's, so its level shows on every version. (Stacks
 # by an older release, which ran the baseline again, have no `carried_runs`: nothing is added.)
 CARRIED_FROM = """

@@ -2,9 +2,11 @@
 
 `observe(message)` folds one event in; `act()` returns the messages the state now calls for
 (RunSpecs, Decisions, ChampionChanges), observing each as it makes it. Everything the ladder does
-is one of those events, and the state is driven by them, so replaying the event stream (or the
-ledger's rows) rebuilds it; their ids derive from what they are about (idea, version, tier, seed),
-so an action repeated after a crash is dropped by JetStream and by the ledger's keys.
+is one of those events, and the state is driven by them (an idea's tier and patch come from its
+RunSpecs, its phase from its Decisions), so replaying the event stream (or the ledger's rows)
+rebuilds it, whatever happened between two events live; their ids derive from what they are
+about (idea, version, tier, seed), so an action repeated after a crash is dropped by JetStream
+and by the ledger's keys.
 
 The flow of one idea: NEW → admitted (tier-0 RunSpecs on the current champion, or REFUSED) →
 TESTING at tier k until its seeds and the baseline's are in → rules.decide: RETEST (more seeds),
@@ -12,417 +14,224 @@ REJECT, or PROMOTE (tier k+1, or at the top: PROMOTED → [HELD → approved] �
 champion version). An idea starts each tier on one seed and gets more only while its verdict is
 open (racing, rules.py). A new champion rebases every idea still in play onto it (back to tier
 0; with its runs, when its recipe is unchanged) or marks it STALE; its baseline at each tier
-starts from the stacked idea's runs (ladder_state.py) and only the seeds still missing are run.
+starts from the stacked idea's runs (lineage.py) and only the seeds still missing are run.
 
-A tier whose baseline has the same metric on every seed (two or more: rules.seed_ignored) is
-held: its ideas get no verdict and wait, TESTING, with their runs. The baseline there is run on
-the tier's `max_seeds` seeds (one equal pair can be a coarsely printed metric), and once they
-are in, still equal, one Decision says so: HELD, idea "" (the champion's, as for baseline
-RunSpecs), rule `seed_ignored: …` naming the seeds and the fix, id `dec-seed-ignored-v…-t…`,
-published once per champion and tier. A seed with another metric lifts the hold for good (a
-baseline's metrics only accumulate) and the waiting ideas are decided on all their evidence.
-The hold is derived from the runs, never folded from that Decision, so a replay holds the same.
+`Ladder` is the one object the rest of the swarm uses. Its state is in parts (its fields from
+`runs` to `lineage`), each in its own module with its part of the fold and the actions it takes;
+a part's maps are written by its own module only. The ladder keeps what they share: settings,
+ideas (idea_state.py), the events seen, what act() must look at, and the making of messages.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from bus.messages import (
     ChampionChange,
-    ChangeKind,
     Decision,
+    Idea,
     Message,
+    RunResult,
     RunSpec,
-    RunStatus,
     Verdict,
     event_key,
 )
-from recipes.fixed import moved_fixed
-from recipes.identity import fingerprint, recipe_sha
-from recipes.patch import make_patch
-from scale_ladder.admission import MAX_HYPOTHESIS_CHARS, NotAdmitted, patched_source, rebase
-from scale_ladder.ladder_state import (
-    BASELINE_ATTEMPTS,
-    IdeaState,
-    LadderRefusal,
-    LadderState,
-    Phase,
-)
-from scale_ladder.near_duplicates import nearest, patch_change
-from scale_ladder.rules import (
-    SEED_IGNORED,
-    Evidence,
-    Outcome,
-    decide,
-    seed_ignored,
-    seed_ignored_reason,
-)
-from scale_ladder.second_look import second_look_refusal
-from scale_ladder.spot_checks import spot_check
+from recipes.identity import recipe_sha
+from scale_ladder import baselines, intake, lineage, promotion
+from scale_ladder.admission import patched_source
+from scale_ladder.baselines import Baselines
+from scale_ladder.idea_state import IdeaState, LadderRefusal, Phase
+from scale_ladder.intake import Intake
+from scale_ladder.lineage import Lineage
+from scale_ladder.noise_pool import NoisePools
+from scale_ladder.promotion import Promotion
+from scale_ladder.runs import Runs
+from scale_ladder.seeds import DEFAULT_SEED_SECRET, tier_seed
+from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
 __all__ = ["Ladder", "LadderRefusal", "Phase"]
 
 
-class Misnamed(NotAdmitted):
-    """An idea that names another recipe than its patch makes: refused, whatever its champion."""
+@dataclass
+class Ladder:
+    tiers: Sequence[Tier]
+    editable: str
+    initial_source: str
+    target: str = "bytelm"
+    lower_is_better: bool = True
+    require_approval: bool = False
+    near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
+    # constants an idea may not move (names or globs; recipes/fixed.py)
+    fixed: frozenset[str] = frozenset()
+    # keys the tiers' seeds (seeds.py): the swarm's own, from its workspace; never shown
+    seed_secret: bytes = field(default=DEFAULT_SEED_SECRET, repr=False)
+    ideas: dict[str, IdeaState] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    # the seeds asked for and the results in, which every part reads (runs.py)
+    runs: Runs = field(default_factory=Runs)
+    # admission: the duplicate checks' indexes of recipes tried, second looks (intake.py)
+    intake: Intake = field(default_factory=Intake)
+    # the champion's runs every idea is paired with, the swarm's data (baselines.py)
+    baselines: Baselines = field(default_factory=Baselines)
+    # each tier's pooled noise per champion and over the earlier ones (noise_pool.py)
+    noise: NoisePools = field(default_factory=NoisePools)
+    # verdicts and how each idea reached its tier: the rank gate, spot checks (promotion.py)
+    promotion: Promotion = field(default_factory=Promotion)
+    # champion versions, and ideas and runs carried over to a new one (lineage.py)
+    lineage: Lineage = field(default_factory=Lineage)
+    dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
+    baselines_dirty: bool = True
+    _out: list[Message] = field(default_factory=list)
 
+    # The lineage's champions and current version, read-only: what the rest of the swarm reads
+    @property
+    def champions(self) -> Mapping[int, ChampionChange]:
+        return self.lineage.champions
 
-class Ladder(LadderState):
-    """The state plus what it calls for: `act()`, and the requests people may make."""
+    @property
+    def current(self) -> int:
+        return self.lineage.current
 
-    # --- acting ---------------------------------------------------------------------------
+    @property
+    def top(self) -> int:
+        return len(self.tiers) - 1
+
+    def recipe_of(self, version: int, patch: str) -> str:
+        """The whole recipe of a champion version with a patch (none: the champion's own). The
+        one place the ladder makes a recipe of a patch: admission, RunSpecs and stacking all
+        ask here, and the application is cached (admission.patched_source)."""
+        source = self.lineage.champions[version].source
+        return patched_source(source, patch, self.editable) if patch else source
+
+    def seed(self, tier: int, i: int) -> int:
+        """The seed of the i-th run of any recipe at `tier` (the champion's and every idea's)."""
+        return tier_seed(tier, i, self.seed_secret)
+
+    def in_run_order(self, tier: int, seeds: Iterable[int]) -> list[int]:
+        """A tier's seeds in the order it runs them, its first seed first (a verdict lists them
+        so: agents take the first as the reference every idea shares); others last, by value."""
+        order = {self.seed(tier, i): i for i in range(2 * self.tiers[tier].rule.max_seeds)}
+        return sorted(seeds, key=lambda s: (order.get(s, len(order)), s))
+
+    # --- folding events in ------------------------------------------------------------------
+
+    def observe(self, message: Message) -> None:
+        # Keyed by kind too: an idea named like one of the ladder's own decisions (ids are
+        # chosen by researchers) must not make the ladder drop that decision.
+        key = event_key(message.KIND, message.event_id)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        if isinstance(message, Idea):
+            self.ideas.setdefault(message.idea_id, IdeaState(message))
+            self.dirty[message.idea_id] = None
+        elif isinstance(message, RunSpec):
+            self._observe_spec(message)
+        elif isinstance(message, RunResult):
+            self._observe_result(message)
+        elif isinstance(message, Decision):
+            self._observe_decision(message)
+        elif isinstance(message, ChampionChange):
+            lineage.observe_champion(self, message)
+
+    def _observe_spec(self, spec: RunSpec) -> None:
+        if self.runs.observe_spec(spec) and spec.idea_id:  # its result is in: a verdict may be due
+            self.dirty[spec.idea_id] = None
+        if not spec.idea_id:
+            self.baselines.tried(spec)
+            return
+        self.tested(spec.idea_id, spec.champion_version, spec.tier)
+        self.baselines_dirty = True  # the baseline may need this seed too
+        state = self.ideas.get(spec.idea_id)
+        if state is None or spec.champion_version < state.version:
+            return
+        intake.observe_spec(self, state, spec)
+        state.tested(spec)
+
+    def _observe_result(self, result: RunResult) -> None:
+        self.runs.observe_result(result)
+        baselines.record_corpus(self, result)
+        self.noise.touch(result.idea_id, result.champion_version, result.tier, self.current)
+        if result.idea_id:
+            self.dirty[result.idea_id] = None
+            lineage.observe_result(self, result)
+        else:
+            baselines.observe_result(self, result)
+
+    def _observe_decision(self, decision: Decision) -> None:
+        state = self.ideas.get(decision.idea_id)
+        if state is None:
+            return
+        self.promotion.observe_decision(decision, self.top)
+        key = (decision.idea_id, state.version, decision.tier + 1)
+        if state.decided(decision, self.top) and self.runs.requested[key]:
+            self.tested(*key)
+            self.baselines_dirty = True
+        self.dirty[decision.idea_id] = None
+
+    def tested(self, idea_id: str, version: int, tier: int) -> None:
+        """The idea is run at (version, tier): it counts in that tier's noise from now on."""
+        self.baselines.need(version, tier, self.runs.tested(idea_id, version, tier))
+        self.noise.touch(idea_id, version, tier, self.current)
+
+    def wake(self) -> None:
+        """Look at every idea in play and every tier's baseline at the next act, as after a full
+        replay (a state restored from a snapshot: an idea a kill left waiting is decided)."""
+        self.baselines_dirty = True
+        for idea_id, state in self.ideas.items():
+            if state.phase is not Phase.DONE:
+                self.dirty[idea_id] = None
+
+    # --- acting -----------------------------------------------------------------------------
 
     def act(self) -> list[Message]:
         """What the state calls for now: each message is observed as it is made."""
-        if not self.champions:
-            source = self.initial_source
-            self._emit(
-                ChampionChange(
-                    1, 0, ChangeKind.INITIAL, recipe_sha(source), reason="initial", source=source
-                )
-            )
+        lineage.start(self)
         while self.dirty:
             idea_id = next(iter(self.dirty))
             del self.dirty[idea_id]
             state = self.ideas.get(idea_id)
             if state is not None:  # a result or spec naming an idea never seen is kept, inert
-                self._advance(state)
+                self.advance(state)
         if self.baselines_dirty:
             self.baselines_dirty = False
-            self._baselines()
+            baselines.act(self)
         out, self._out = self._out, []
         return out
 
-    def _emit(self, message: Message) -> None:
+    def emit(self, message: Message) -> None:
         self.observe(message)
         self._out.append(message)
 
-    def _advance(self, state: IdeaState) -> None:
+    def advance(self, state: IdeaState) -> None:
         if state.phase is Phase.DONE:
             return
         if state.phase is Phase.NEW:
-            self._admit(state)
+            intake.admit(self, state)
         elif state.version < self.current:
-            self._carry_over(state)
+            lineage.carry_over(self, state)
         elif state.phase is Phase.TESTING:
-            self._try_decide(state)
+            promotion.try_decide(self, state)
         elif state.phase is Phase.PROMOTED and self.require_approval:
-            self._decide(state, Verdict.HELD, "passed the top tier; waits for `swarm approve`")
+            self.decide(state, Verdict.HELD, "passed the top tier; waits for `swarm approve`")
         elif state.phase in (Phase.PROMOTED, Phase.APPROVED):
-            self._stack(state)
-
-    def _admit(self, state: IdeaState) -> None:
-        idea = state.idea
-        if idea.target != self.target:
-            self._refuse(
-                state, f"idea is for target {idea.target!r}, the swarm runs {self.target!r}"
-            )
-            return
-        base = self.champions.get(idea.champion_version)
-        if base is None:
-            self._refuse(state, f"no champion v{idea.champion_version} (current: v{self.current})")
-            return
-        if len(idea.hypothesis) > MAX_HYPOTHESIS_CHARS:  # shown in prompts, views and reports
-            why = f"the hypothesis is {len(idea.hypothesis)} characters; at most "
-            self._refuse(state, f"{why}{MAX_HYPOTHESIS_CHARS} are accepted")
-            return
-        try:
-            patch = idea.patch
-            new_source = patched_source(base.source, patch, self.editable)
-            made = recipe_sha(new_source) if idea.recipe_sha else ""
-            if made != idea.recipe_sha:
-                raise Misnamed(
-                    f"its patch makes recipe {made} of champion "
-                    f"v{idea.champion_version}, but the idea names recipe "
-                    f"{idea.recipe_sha[:80]!r}"
-                )
-            if moved := moved_fixed(base.source, new_source, self.fixed):
-                raise NotAdmitted(
-                    f"it changes {', '.join(moved)}, held fixed by the project (target.fixed, "
-                    "its run command's options, or `# search: fixed` in the recipe)"
-                )
-            if idea.champion_version < self.current:
-                new = self.champions[self.current].source
-                patch = rebase(patch, base.source, new, self.editable)
-            if idea.entry_tier:  # the same recipe as an idea tried here: no duplicate check
-                self._second_look(state, patch)
-                return
-        except NotAdmitted as exc:
-            # STALE: it fit an older champion but not the current one; never for a false name
-            fits = idea.champion_version == self.current or isinstance(exc, Misnamed)
-            verdict = Verdict.REFUSED if fits else Verdict.STALE
-            self._decide(state, verdict, str(exc), version=self.current)
-            return
-        if self._is_duplicate(state, patch):
-            return
-        self._request(state.idea.idea_id, self.current, 0, patch, 1)
-
-    def _second_look(self, state: IdeaState, patch: str) -> None:
-        """Admit an idea's second look at its entry tier (second_look.py), or refuse it."""
-        idea = state.idea
-        parent = idea.parent_ids[0] if idea.parent_ids else ""
-        rejected = self.rejected_at(parent)
-        version, tier, _, by_rules = rejected if rejected is not None else (0, 0, "", False)
-        if by_rules and not self.passed_below(parent, version, tier):
-            raise NotAdmitted(
-                f"a second look at {parent}: it reached tier {tier} by a spot check or "
-                "as a second look, not through every gate below; a look may skip one gate"
-            )
-        why = second_look_refusal(
-            idea,
-            patch,
-            current=self.current,
-            top=self.top,
-            champion=self.champions[self.current].source,
-            editable=self.editable,
-            parent=rejected,
-            earlier=self.looked.get((parent, self.current, idea.entry_tier)),
-        )
-        if why is not None:
-            raise NotAdmitted(why)
-        self._request(idea.idea_id, self.current, idea.entry_tier, patch, 1)
-
-    def _is_duplicate(self, state: IdeaState, patch: str) -> bool:
-        """Refuse an idea whose patched recipe, or whose change up to form (near_duplicates.py),
-        is one already tried on the current champion, naming the earlier idea."""
-        champion = self.champions[self.current].source
-        source = patched_source(champion, patch, self.editable)
-        earlier = self.fingerprints.get((self.current, fingerprint(source)))
-        if earlier is not None and earlier != state.idea.idea_id:
-            self._refuse(
-                state,
-                f"duplicate of {earlier} ({self._where(earlier)}) on champion v{self.current}",
-                details=json.dumps({"duplicate_of": earlier}),
-            )
-            return True
-        threshold = self.near_duplicate_similarity
-        change = patch_change(champion, source)
-        earlier_changes = self.changes.get((self.current, change.values), [])
-        near = nearest(change, earlier_changes, threshold, exclude=state.idea.idea_id)
-        if near is None:
-            return False
-        similarity = round(near.similarity, 4)
-        self._refuse(
-            state,
-            f"near-duplicate of {near.idea_id} (similarity {similarity:.2f} ≥ {threshold:.2f}; "
-            f"{self._where(near.idea_id)}) on champion v{self.current}",
-            details=json.dumps({"near_duplicate_of": near.idea_id, "similarity": similarity}),
-        )
-        return True
-
-    def _where(self, idea_id: str) -> str:
-        other = self.ideas.get(idea_id)
-        return f"at tier {other.tier}, {other.phase.value}" if other else ""
-
-    def _carry_over(self, state: IdeaState) -> None:
-        """The champion moved on: test the idea again on it from tier 0, or mark it STALE."""
-        try:
-            old, new = self.champions[state.version].source, self.champions[self.current].source
-            patch = rebase(state.patch, old, new, self.editable)
-        except NotAdmitted as exc:
-            why = f"champion moved from v{state.version} to v{self.current}: {exc}"
-            spent = len(self.requested[(state.idea.idea_id, state.version, state.tier)])
-            self._decide(state, Verdict.STALE, why, version=self.current, runs=spent)
-            return
-        if not self._is_duplicate(state, patch):
-            self._request(state.idea.idea_id, self.current, 0, patch, 1)
-
-    def _try_decide(self, state: IdeaState) -> None:
-        key = (state.idea.idea_id, state.version, state.tier)
-        wanted, got = self.requested[key], self.results[key]
-        if not wanted:  # carried over to this champion with no run at this tier yet
-            self._request(key[0], state.version, state.tier, state.patch, 1)
-            return
-        if not wanted <= got.keys():
-            return
-        failed = [r for r in got.values() if r.status is not RunStatus.OK or r.metric is None]
-        if failed:
-            r = failed[0]
-            why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
-            self._decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
-            return
-        elsewhere = [r for r in got.values() if not self.on_corpus(r)]
-        if elsewhere:  # never paired with the baseline's runs on the recorded data
-            r = elsewhere[0]
-            why = (
-                f"seed {r.seed} ran on corpus {r.corpus_hash[:16]}, not the "
-                f"{self.corpus[:16]} recorded for the swarm "
-                f"(trainer {r.trainer or '?'} has other data)"
-            )
-            self._decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
-            return
-        baseline = self.results[("", state.version, state.tier)]
-        pairs: dict[int, float] = {}
-        for seed in wanted:
-            if self._baseline_ok(state.version, state.tier, seed):
-                pairs[seed] = baseline[seed].metric  # type: ignore[assignment]
-            elif self.baseline_finished[(state.version, state.tier, seed)] < BASELINE_ATTEMPTS:
-                return  # the baseline of this seed is still coming (or will be tried again)
-        outcome = decide(self.tiers[state.tier].rule, self._evidence(state, pairs))
-        if outcome.verdict is Verdict.HELD:
-            return  # the baseline ignores its seed: wait, undecided (_baselines says why)
-        self._apply(state, outcome, pairs)
-
-    def _evidence(self, state: IdeaState, pairs: dict[int, float]) -> Evidence:
-        key = (state.idea.idea_id, state.version, state.tier)
-        idea = {s: r.metric for s, r in self.results[key].items() if r.metric is not None}
-        sigma = self.sigma_for(state.version, state.tier, key[0])
-        peers = self.peer_gains(key[0], state.version, state.tier)
-        # The whole tier's baseline, not just the pairs: rules.decide holds an idea when it
-        # ignores the seed, whichever seeds the idea has (the pairs are the seeds in both).
-        baseline = self.baseline_metrics(state.version, state.tier)
-        return Evidence(idea, baseline, sigma, peers, self.lower_is_better)
-
-    def _apply(self, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
-        key = (state.idea.idea_id, state.version, state.tier)
-        seeds = self.in_run_order(state.tier, pairs)
-        numbers: dict[str, object] = {
-            "seeds": seeds,
-            "idea": [self.results[key][s].metric for s in seeds],
-            "baseline": [pairs[s] for s in seeds],
-        }
-        carried = self.carried.get(key, set())
-        if carried:  # runs of the same recipe made while it was tested on an earlier champion
-            numbers["carried_seeds"] = sorted(carried)
-        have = len(self.requested[key])
-        # Seeds whose baseline failed for good pair with nothing: ask for that many more, so
-        # one broken baseline seed does not reject every idea at the tier.
-        rule = self.tiers[state.tier].rule
-        wanted = min(outcome.seeds_wanted + have - len(pairs), 2 * rule.max_seeds)
-        verdict, why = outcome.verdict, outcome.rule
-        if verdict is Verdict.RETEST and wanted <= have:
-            verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
-        # A spot check (spot_checks.py) may send a reject on, if it skipped no gate below.
-        if verdict is Verdict.REJECT and key[2] < self.top and self.passed_below(*key):
-            checks, least = self.checks[key[2]], rule.spot_checks
-            checked = spot_check(checks, least, self.seed_secret, *key, why)
-            if checked is not None:
-                verdict, why = Verdict.PROMOTE, checked
-        self._decide(
-            state,
-            verdict,
-            why,
-            delta=outcome.delta,
-            sigma=outcome.sigma,
-            n=outcome.n,
-            details=json.dumps(numbers),
-            seeds_wanted=outcome.seeds_wanted if verdict is Verdict.RETEST else 0,
-            runs=have - len(carried),
-        )
-        if verdict is Verdict.RETEST:
-            self._request(key[0], state.version, state.tier, state.patch, wanted)
-        elif verdict is Verdict.PROMOTE and key[2] < self.top:
-            nxt = key[2] + 1  # the fold has moved state.tier there already
-            self._request(key[0], state.version, nxt, state.patch, 1)
-        elif verdict is Verdict.PROMOTE:
-            self._advance(state)  # PROMOTED: hold for a person, or stack now
-
-    def _stack(self, state: IdeaState) -> None:
-        current = self.champions[self.current]
-        source = self.recipe_of(current.version, state.patch)
-        reason = f"stacked {state.idea.idea_id}: {state.idea.hypothesis}"[:2000]
-        self._emit(
-            ChampionChange(
-                current.version + 1,
-                current.version,
-                ChangeKind.STACK,
-                recipe_sha(source),
-                idea_id=state.idea.idea_id,
-                patch=state.patch,
-                reason=reason,
-                source=source,
-                carried_runs=len(self.carried_runs(state.idea.idea_id, current.version)),
-            )
-        )
-
-    def _baselines(self) -> None:
-        """The champion on every seed any idea needs at each tier. Tier 0 starts as soon as the
-        champion changes; a higher tier when the first idea reaches it on this champion (its
-        baseline then runs alongside that idea's runs), so a new champion does not hold every
-        trainer on top-tier baselines before any idea can use them. A failed baseline run is
-        tried again, up to BASELINE_ATTEMPTS times per seed. A held tier's baseline is run on
-        the tier's `max_seeds` seeds, then the hold is published (see the module's docstring)."""
-        version = self.current
-        for tier in self.tiers:
-            needed = set(self.seeds_needed.get((version, tier.index), ()))
-            if tier.index == 0 or needed:
-                needed.add(self.seed(tier.index, 0))
-                if seed_ignored(self.baseline_metrics(version, tier.index)):
-                    probes = {self.seed(tier.index, i) for i in range(tier.rule.max_seeds)}
-                    if all(self._baseline_settled(version, tier.index, s) for s in probes):
-                        self._hold(version, tier.index)
-                    needed |= probes
-            for seed in sorted(needed):
-                tries = self.baseline_tries[(version, tier.index, seed)]
-                if self._baseline_ok(version, tier.index, seed) or tries >= BASELINE_ATTEMPTS:
-                    continue
-                if tries > self.baseline_finished[(version, tier.index, seed)]:
-                    continue  # an attempt is still running
-                self._emit(self._spec("", version, tier.index, seed, "", attempt=tries))
-
-    def _baseline_settled(self, version: int, tier: int, seed: int) -> bool:
-        """The baseline of this seed is in, or failed for good."""
-        finished = self.baseline_finished[(version, tier, seed)]
-        return self._baseline_ok(version, tier, seed) or finished >= BASELINE_ATTEMPTS
-
-    def _hold(self, version: int, tier: int) -> None:
-        """Say, once per champion and tier, that the tier is held because its baseline ignores
-        the seed. Its ideas wait (rules.decide answers HELD for them); no idea is named."""
-        decision_id = f"dec-{SEED_IGNORED.replace('_', '-')}-v{version}-t{tier}"
-        if event_key(Decision.KIND, decision_id) in self.seen:
-            return
-        metrics = self.baseline_metrics(version, tier)
-        seeds = seed_ignored(metrics)
-        waiting = [
-            i
-            for i, state in self.ideas.items()
-            if state.phase is Phase.TESTING and (state.version, state.tier) == (version, tier)
-        ]
-        details = {"seeds": seeds, "baseline": [metrics[s] for s in seeds], "waiting": waiting}
-        self._emit(
-            Decision(
-                decision_id=decision_id,
-                idea_id="",
-                tier=tier,
-                verdict=Verdict.HELD,
-                champion_version=version,
-                rule=seed_ignored_reason(seeds, metrics[seeds[0]], tier),
-                n=len(seeds),
-                details=json.dumps(details),
-            )
-        )
+            lineage.stack(self, state)
 
     # --- what people may ask ----------------------------------------------------------------
 
     def approve(self, idea_id: str, who: str) -> list[Message]:
         state = self._held(idea_id)
-        self._decide(state, Verdict.PROMOTE, f"approved by {who}", by=who)
+        self.decide(state, Verdict.PROMOTE, f"approved by {who}", by=who)
         return self.act()
 
     def reject(self, idea_id: str, who: str) -> list[Message]:
         state = self._held(idea_id)
-        self._decide(state, Verdict.REJECT, f"rejected by {who}", by=who)
+        self.decide(state, Verdict.REJECT, f"rejected by {who}", by=who)
         return self.act()
 
     def revert(self, version: int, who: str) -> list[Message]:
-        if version not in self.champions:
-            raise LadderRefusal(f"no champion v{version} (versions 1..{self.current})")
-        current = self.champions[self.current]
-        source = self.champions[version].source
-        if source == current.source:
-            raise LadderRefusal(f"v{version} is the same recipe as the current v{current.version}")
-        self._emit(
-            ChampionChange(
-                current.version + 1,
-                current.version,
-                ChangeKind.REVERT,
-                recipe_sha(source),
-                patch=make_patch(current.source, source, self.editable),
-                reason=f"reverted to v{version} by {who}",
-                source=source,
-            )
-        )
+        lineage.revert(self, version, who)
         return self.act()
 
     def _held(self, idea_id: str) -> IdeaState:
@@ -435,16 +244,16 @@ class Ladder(LadderState):
             )
         return state
 
-    # --- making messages ------------------------------------------------------------------
+    # --- making messages (for the parts' actions) -------------------------------------------
 
-    def _request(self, idea_id: str, version: int, tier: int, patch: str, seeds: int) -> None:
-        have = self.requested[(idea_id, version, tier)]
+    def request(self, idea_id: str, version: int, tier: int, patch: str, seeds: int) -> None:
+        have = self.runs.requested[(idea_id, version, tier)]
         for i in range(seeds):
             seed = self.seed(tier, i)
             if seed not in have:
-                self._emit(self._spec(idea_id, version, tier, seed, patch))
+                self.emit(self.spec(idea_id, version, tier, seed, patch))
 
-    def _spec(
+    def spec(
         self, idea_id: str, version: int, tier: int, seed: int, patch: str, attempt: int = 0
     ) -> RunSpec:
         t = self.tiers[tier]
@@ -452,12 +261,13 @@ class Ladder(LadderState):
         suffix = f"-a{attempt}" if attempt else ""
         run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
         sha = recipe_sha(self.recipe_of(version, patch))
-        return t.run_spec(run_id, seed, version, idea_id, patch, self.target, self.corpus, sha)
+        corpus = self.baselines.corpus
+        return t.run_spec(run_id, seed, version, idea_id, patch, self.target, corpus, sha)
 
-    def _refuse(self, state: IdeaState, why: str, details: str = "") -> None:
-        self._decide(state, Verdict.REFUSED, why, version=self.current, details=details)
+    def refuse(self, state: IdeaState, why: str, details: str = "") -> None:
+        self.decide(state, Verdict.REFUSED, why, version=self.current, details=details)
 
-    def _decide(
+    def decide(
         self,
         state: IdeaState,
         verdict: Verdict,
@@ -470,7 +280,7 @@ class Ladder(LadderState):
         v = state.version if version is None else version
         tier = 0 if state.phase is Phase.NEW else state.tier
         tag = verdict.value.lower() if by == "ladder" else f"{verdict.value.lower()}-by-person"
-        self._emit(
+        self.emit(
             Decision(
                 decision_id=f"dec-{state.idea.idea_id}-v{v}-t{tier}-{tag}-n{n}",
                 idea_id=state.idea.idea_id,

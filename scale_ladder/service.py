@@ -198,13 +198,13 @@ class LadderService:
         try:
             await self.caught_up.wait()
             async with self._lock:
-                waiting = set(self.ladder.unfinished)
+                waiting = set(self.ladder.runs.unfinished)
             queued = await queued_run_ids(self.js)
             await asyncio.sleep(SETTLE_S)  # results published before `queued` was read land
             async with self._lock:
                 lost = [
                     spec
-                    for run_id, spec in self.ladder.unfinished.items()
+                    for run_id, spec in self.ladder.runs.unfinished.items()
                     if run_id in waiting and run_id not in queued and run_id not in self._held
                 ]
                 for spec in lost:

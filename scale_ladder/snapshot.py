@@ -17,15 +17,22 @@ from pathlib import Path
 
 from bus import snapshot_file
 from bus.snapshot_file import Checkpoint, Stale
+from scale_ladder.baselines import Baselines
+from scale_ladder.idea_state import IdeaState
+from scale_ladder.intake import Intake
 from scale_ladder.ladder import Ladder
-from scale_ladder.ladder_state import IdeaState
+from scale_ladder.lineage import Lineage
 from scale_ladder.near_duplicates import PatchChange
-from scale_ladder.noise_pool import NoisePool
+from scale_ladder.noise_pool import NoisePool, NoisePools
+from scale_ladder.promotion import Promotion
 from scale_ladder.rules import Noise, PromotionRule
+from scale_ladder.runs import Runs
 from scale_ladder.spot_checks import Checks
 from scale_ladder.tiers import Tier
 
-FORMAT = 2
+# 3: the state in parts (runs, intake, baselines, noise, promotion, lineage); a format-2
+# snapshot pickled one LadderState, which this build has not
+FORMAT = 3
 # What the state was folded under: a ladder configured otherwise decides otherwise.
 CONFIG_FIELDS = (
     "tiers",
@@ -39,7 +46,22 @@ CONFIG_FIELDS = (
 )
 # The classes a snapshot pickles: one from a build whose classes have other fields would load
 # and fail later (a field missing from an old object).
-STATE_CLASSES = (Ladder, IdeaState, Tier, PromotionRule, Noise, NoisePool, Checks, PatchChange)
+STATE_CLASSES = (
+    Ladder,
+    Runs,
+    Intake,
+    Baselines,
+    NoisePools,
+    Promotion,
+    Lineage,
+    IdeaState,
+    Tier,
+    PromotionRule,
+    Noise,
+    NoisePool,
+    Checks,
+    PatchChange,
+)
 __all__ = ["Snapshot", "Stale", "load", "save"]
 
 

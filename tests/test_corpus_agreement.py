@@ -14,6 +14,7 @@ from nats.aio.client import Client
 from bus.messages import RunResult, RunSpec, RunStatus, Verdict
 from bus.nats_bus import enqueue_run
 from bus.subjects import JOBS_STREAM, ensure_trainer_consumer, trainer_consumer_name
+from scale_ladder import baselines
 from tests.ladder_sim import Sim, decisions, make_ladder, ok_runner
 from tests.training_helpers import tiny_spec
 from training.targets import BytelmTarget
@@ -35,7 +36,7 @@ def test_specs_carry_the_recorded_corpus_and_other_data_is_never_paired(tmp_path
     sim = Sim(make_ladder(tmp_path), on_data({"idea-elsewhere": "data-b"}))  # type: ignore[arg-type]
     sim.step()
     sim.run_all()
-    assert sim.ladder.corpus == "data-a"
+    assert sim.ladder.baselines.corpus == "data-a"
     sim.propose("idea-here", "LR = 1.0->LR = 2.0")
     sim.propose("idea-elsewhere", "LR = 1.0->LR = 2.5")
     sim.run_all()
@@ -60,17 +61,17 @@ def test_the_record_is_the_first_baseline_run_of_a_tier_seed_and_never_changes(
     spec = sim.queue.pop(0)
     forged = RunResult("run-forged", 0, 424242, 1, RunStatus.OK, metric=9.9, corpus_hash="evil")
     sim.feed(forged)
-    assert ladder.corpus == ""
+    assert ladder.baselines.corpus == ""
     sim.feed(dataclasses.replace(result_of(sim, spec), corpus_hash="data-a"))
-    assert ladder.corpus == "data-a"
+    assert ladder.baselines.corpus == "data-a"
     other_seed = ladder.seed(0, 1)
     stray = dataclasses.replace(
         result_of(sim, spec), run_id="run-base-v1-t0-other", seed=other_seed, corpus_hash="data-b"
     )
     sim.feed(stray)
-    assert ladder.corpus == "data-a"
-    assert other_seed not in ladder.baseline_metrics(1, 0)
-    assert spec.seed in ladder.baseline_metrics(1, 0)
+    assert ladder.baselines.corpus == "data-a"
+    assert other_seed not in baselines.metrics(ladder, 1, 0)
+    assert spec.seed in baselines.metrics(ladder, 1, 0)
 
 
 def result_of(sim: Sim, spec: RunSpec) -> RunResult:

@@ -60,8 +60,8 @@ def test_a_real_win_climbs_every_tier_and_is_stacked(tmp_path: Path) -> None:
     assert baselines == {(1, 0), (1, 1)}
     assert stacked.carried_runs == 4  # 2 tiers x 2 seeds
     for tier in (0, 1):
-        carried = sim.ladder.results[("", 2, tier)]
-        assert sorted(carried) == sorted(sim.ladder.results[("idea-good", 1, tier)])
+        carried = sim.ladder.runs.results[("", 2, tier)]
+        assert sorted(carried) == sorted(sim.ladder.runs.results[("idea-good", 1, tier)])
         assert all(r.idea_id == "idea-good" for r in carried.values())
 
 
@@ -164,7 +164,7 @@ def test_a_replayed_ladder_makes_the_same_near_duplicate_decision(tmp_path: Path
     for message in sim.log[:cut]:
         replayed.observe(message)
     assert replayed.act() == []
-    assert replayed.changes == sim.ladder.changes  # the index is rebuilt from the RunSpecs
+    assert replayed.intake.changes == sim.ladder.intake.changes  # rebuilt from the RunSpecs
     replayed.observe(twin)
     (again,) = replayed.act()
     assert isinstance(again, Decision)

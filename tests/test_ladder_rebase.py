@@ -94,8 +94,8 @@ def test_a_time_budget_tier_is_baselined_again_after_a_stack(tmp_path: Path) -> 
     stacked = champions(sim)[-1]
     tier0 = sorted(s.seed for s in idea_specs(sim, "idea-good", 1) if s.tier == 0)
     assert stacked.version == 2 and stacked.carried_runs == len(tier0)  # tier 0's seeds only
-    assert sorted(sim.ladder.results[("", 2, 0)]) == tier0
-    assert not sim.ladder.results[("", 2, 1)]
+    assert sorted(sim.ladder.runs.results[("", 2, 0)]) == tier0
+    assert not sim.ladder.runs.results[("", 2, 1)]
     sim.propose("idea-better", "LR = 2.0->LR = 2.5", version=2)
     sim.run_all()
     again = {
@@ -148,7 +148,10 @@ def test_a_replayed_ladder_rebuilds_the_carried_ideas_and_acts_no_more(tmp_path:
         replayed.observe(message)
     assert replayed.act() == []
     assert replayed.current == sim.ladder.current == 3
-    assert replayed.carried == sim.ladder.carried and replayed.moved == sim.ladder.moved
+    assert (
+        replayed.lineage.carried == sim.ladder.lineage.carried
+        and replayed.lineage.moved == sim.ladder.lineage.moved
+    )
 
 
 def test_a_run_that_finishes_after_its_idea_was_carried_over_is_used(tmp_path: Path) -> None:
@@ -166,6 +169,6 @@ def test_a_run_that_finishes_after_its_idea_was_carried_over_is_used(tmp_path: P
     for spec in late:  # they finish now, after the stack
         sim.queue.remove(spec)
         result = sim.run(spec)
-        assert sim.ladder.results[("idea-best", 2, spec.tier)][spec.seed] == result
+        assert sim.ladder.runs.results[("idea-best", 2, spec.tier)][spec.seed] == result
     sim.run_all()
     assert champions(sim)[-1].idea_id == "idea-best"

@@ -17,20 +17,23 @@ import scale_ladder.service as service
 from bus.champion_store import champion_bucket
 from bus.messages import Idea, Message, RunSpec
 from bus.nats_bus import publish_event
+from bus.snapshot_file import Checkpoint
+from scale_ladder import snapshot
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
+from scale_ladder.noise_pool import earlier_noise
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
-from tests.ladder_sim import make_ladder, ok_runner, patch
+from tests.ladder_sim import make_ladder, ok_runner, patch, started
 
 
 def state_of(ladder: Ladder) -> dict[str, object]:
     """What the ladder knows, in a comparable form."""
     return {
         "ideas": {i: (s.phase, s.version, s.tier) for i, s in ladder.ideas.items()},
-        "results": {k: sorted(v) for k, v in ladder.results.items() if v},
+        "results": {k: sorted(v) for k, v in ladder.runs.results.items() if v},
         "champions": sorted(ladder.champions),
-        "gains": {k: dict(v) for k, v in ladder.gains.items() if v},
+        "gains": {k: dict(v) for k, v in ladder.promotion.gains.items() if v},
     }
 
 
@@ -58,7 +61,7 @@ class Running:
         for _ in range(rounds):
             await asyncio.sleep(0.2)
             async with self.service._lock:
-                waiting = list(self.service.ladder.unfinished.values())
+                waiting = list(self.service.ladder.runs.unfinished.values())
             if not waiting:
                 return
             for spec in waiting:
@@ -121,7 +124,14 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
     await replayed.close()
 
 
+# A snapshot as the build before the ladder's state was split in parts wrote it: format 2, that
+# build's digest of its state's classes, and a pickle of one LadderState (a module this build
+# no longer has).
+OLD_LAYOUT_CLASSES = "5fff1a06a2cb830d"
+OLD_LAYOUT_STATE = b"\x80\x05cscale_ladder.ladder_state\nLadderState\n)\x81."
+
 SPOILS = [
+    "old layout",
     "truncate",
     "reconfigure",
     "another secret",
@@ -139,7 +149,12 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     snap = tmp_path / "ladder.snapshot"
     first = await swarm_history(nc, tmp_path, snap)
     ladder = make_ladder(tmp_path)
-    if spoil == "truncate":
+    if spoil == "old layout":
+        header = json.loads(snap.read_bytes().partition(b"\n")[0])
+        header.update(format=2, classes=OLD_LAYOUT_CLASSES)
+        snap.write_bytes(json.dumps(header).encode() + b"\n" + OLD_LAYOUT_STATE)
+        why = f"format 2, this build writes {snapshot.FORMAT}"
+    elif spoil == "truncate":
         snap.write_bytes(snap.read_bytes()[: snap.stat().st_size // 2])
         why = "unreadable"
     elif spoil == "event gone":  # the stream lost its tail (a crash before its disk sync)
@@ -177,6 +192,22 @@ async def test_a_snapshot_it_cannot_trust_means_a_full_replay(
     assert set(again.service.ladder.ideas) == set(first.service.ladder.ideas)
 
 
+def test_a_snapshot_holds_every_part_of_the_ladder(tmp_path: Path) -> None:
+    """Saved and loaded, the ladder is the one it was in every part (runs, admission indexes,
+    baselines, pooled noise, promotions, lineage), with its secret from its own file."""
+    sim = started(make_ladder(tmp_path))
+    for name, change in {"a": "LR = 1.0->LR = 2.0", "b": "WD = 0.1->WD = 0.3"}.items():
+        sim.propose(f"idea-{name}", change)
+    sim.run_all(hold=lambda spec: spec.idea_id == "idea-b")  # idea-b's runs stay out
+    assert sim.ladder.current > 1 and sim.ladder.runs.unfinished
+    path = tmp_path / "ladder.snapshot"
+    saved = snapshot.Snapshot(sim.ladder, Checkpoint(1, "idea-idea-a", "stream"), frozenset())
+    snapshot.save(path, saved)
+    loaded = snapshot.load(path, make_ladder(tmp_path), "stream", 1).ladder
+    assert loaded == sim.ladder
+    assert loaded.lineage.current == loaded.current > 1
+
+
 async def test_an_idea_a_kill_left_waiting_is_decided_after_a_restart(
     nc: Client, tmp_path: Path
 ) -> None:
@@ -190,9 +221,9 @@ async def test_an_idea_a_kill_left_waiting_is_decided_after_a_restart(
     old = next(line for line in source.splitlines() if line.startswith("WD = "))
     idea = Idea("idea-x", "tester", "h", patch(old, "WD = 0.12", source), v)
     await publish_event(nc.jetstream(), idea)
-    seed = ladder.seed(0, 0)
+    seed, corpus = ladder.seed(0, 0), ladder.baselines.corpus
     spec = ladder.tiers[0].run_spec(
-        f"run-idea-x-v{v}-t0-s{seed}", seed, v, "idea-x", idea.patch, ladder.target, ladder.corpus
+        f"run-idea-x-v{v}-t0-s{seed}", seed, v, "idea-x", idea.patch, ladder.target, corpus
     )
     await publish_event(nc.jetstream(), result_of(ladder, spec))  # the trainer ran the job
     again = Running(nc, make_ladder(tmp_path), snap)
@@ -219,7 +250,7 @@ async def test_a_start_without_a_limit_keeps_the_count_a_later_limit_needs(
     await publish_event(nc.jetstream(), dataclasses.replace(more, champion_version=1))
     await asyncio.sleep(1.0)
     await limited.close()
-    specs = [s for s in limited.service.ladder.unfinished if "idea-more" in s]
+    specs = [s for s in limited.service.ladder.runs.unfinished if "idea-more" in s]
     assert len(limited.service._specs) == made and limited.service._held >= set(specs)
 
 
@@ -247,7 +278,7 @@ def test_the_racing_prior_is_the_same_whenever_an_old_champions_result_came(
     assert sim.ladder.current > 1 and late
     for spec in late:  # idea-b's v1 runs end after v2 was made
         sim.run(spec)
-    live = [sim.ladder.earlier_noise(t.index) for t in sim.ladder.tiers]
+    live = [earlier_noise(sim.ladder, t.index) for t in sim.ladder.tiers]
     replayed = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source)
     log = list(sim.log)
     changes = [m for m in log if getattr(m, "KIND", "") == "champion_change" and m.version > 1]
@@ -256,8 +287,8 @@ def test_the_racing_prior_is_the_same_whenever_an_old_champions_result_came(
     cut = reordered.index(changes[0])
     for message in [*reordered[:cut], *tail, *reordered[cut:]]:
         replayed.observe(message)
-    assert [replayed.earlier_noise(t.index) for t in replayed.tiers] == live
+    assert [earlier_noise(replayed, t.index) for t in replayed.tiers] == live
     without = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source)
     for message in reordered:  # the late runs make a difference to the pool
         without.observe(message)
-    assert [without.earlier_noise(t.index) for t in without.tiers] != live
+    assert [earlier_noise(without, t.index) for t in without.tiers] != live

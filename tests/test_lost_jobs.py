@@ -39,8 +39,8 @@ async def test_a_restarted_ladder_puts_back_lost_jobs_and_only_those(
     stop = asyncio.Event()
     first, task = await ladder_for(nc, stop)
     # The new champion's first baselines: RunSpecs in the event stream, jobs on the queue.
-    await wait_for_async(_holds(lambda: len(first.ladder.unfinished) > 0), 30)
-    made = set(first.ladder.unfinished)
+    await wait_for_async(_holds(lambda: len(first.ladder.runs.unfinished) > 0), 30)
+    made = set(first.ladder.runs.unfinished)
     await wait_for_async(_queued(nc, made), 30)
     stop.set()
     await task
@@ -96,4 +96,4 @@ def test_a_run_whose_result_came_before_its_spec_is_not_lost() -> None:
     replayed = Ladder(load_tiers(), "recipe.py", RECIPE.read_text())
     for message in [*(m for m in made if isinstance(m, ChampionChange)), result, *specs]:
         replayed.observe(message)
-    assert set(replayed.unfinished) == {s.run_id for s in specs[1:]}
+    assert set(replayed.runs.unfinished) == {s.run_id for s in specs[1:]}

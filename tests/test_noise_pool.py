@@ -11,6 +11,7 @@ import pytest
 
 from bus.messages import Decision, RunResult, RunSpec, Verdict
 from scale_ladder.ladder import Ladder
+from scale_ladder.noise_pool import earlier_noise, noise_at
 from tests.ladder_sim import Sim, make_ladder, ok_result, ok_runner, started
 
 CHANGES = [f"LR = 1.0->LR = {lr}" for lr in ("1.3", "1.7", "2.2", "2.6", "3.0", "3.4")] + [
@@ -24,8 +25,7 @@ def decisions_of(sim: Sim) -> list[Decision]:
 
 def from_scratch(ladder: Ladder) -> Ladder:
     fresh = copy.deepcopy(ladder)
-    fresh.pools.clear()
-    fresh.earlier.clear()
+    fresh.noise.clear()
     return fresh
 
 
@@ -38,14 +38,14 @@ def test_the_kept_pool_is_the_pool_built_from_scratch_after_every_event(tmp_path
         nonlocal checked
         feed(message)  # type: ignore[arg-type]
         live, fresh = sim.ladder, from_scratch(sim.ladder)
-        for (version, tier), ideas in list(live.tested_at.items()):
+        for (version, tier), ideas in list(live.runs.tested_at.items()):
             for idea_id in ["", *ideas]:
-                assert live.noise_at(version, tier, idea_id) == fresh.noise_at(
-                    version, tier, idea_id
+                assert noise_at(live, version, tier, idea_id) == noise_at(
+                    fresh, version, tier, idea_id
                 )
                 checked += 1
         for tier in live.tiers:
-            assert live.earlier_noise(tier.index) == fresh.earlier_noise(tier.index)
+            assert earlier_noise(live, tier.index) == earlier_noise(fresh, tier.index)
 
     sim.feed = checking  # type: ignore[method-assign]
     for i, change in enumerate(CHANGES):
@@ -76,11 +76,11 @@ def test_leaving_out_a_huge_spread_leaves_exactly_the_others(tmp_path: Path) -> 
         return sim.ladder
 
     others, mixed = pool(False), pool(True)
-    assert "idea-huge" in mixed.tested_at[(1, 0)]
-    assert mixed.noise_at(1, 0).squares > 1e20
-    alone = others.noise_at(1, 0)
+    assert "idea-huge" in mixed.runs.tested_at[(1, 0)]
+    assert noise_at(mixed, 1, 0).squares > 1e20
+    alone = noise_at(others, 1, 0)
     assert alone.sigma is not None
-    assert mixed.noise_at(1, 0, "idea-huge") == alone
+    assert noise_at(mixed, 1, 0, "idea-huge") == alone
 
 
 @pytest.mark.parametrize("size", [1e200, 1.7e308])
@@ -106,4 +106,4 @@ def test_metrics_past_what_a_square_can_hold_are_decided_not_a_crash(
     sim.run_all()
     verdicts = {d.idea_id: d.verdict for d in decisions_of(sim)}
     assert verdicts["idea-wild"] is Verdict.REJECT and verdicts["idea-after"] is Verdict.REJECT
-    assert sim.ladder.noise_at(1, 0).sigma is not None  # the others' noise still pools
+    assert noise_at(sim.ladder, 1, 0).sigma is not None  # the others' noise still pools

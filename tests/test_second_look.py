@@ -112,7 +112,7 @@ def test_a_replayed_ladder_refuses_the_same_second_look_again(tmp_path: Path) ->
     for message in sim.log:
         replayed.observe(message)
     assert replayed.act() == []
-    assert replayed.looked == sim.ladder.looked
+    assert replayed.intake.looked == sim.ladder.intake.looked
     assert replayed.current == sim.ladder.current
 
 

@@ -199,7 +199,7 @@ def test_a_command_that_ignores_its_seed_holds_the_tier_and_promotes_nothing(
         assert all(d.verdict is Verdict.RETEST for d in decisions(sim, f"idea-{i}", True))
         state = sim.ladder.ideas[f"idea-{i}"]
         assert (state.phase, state.tier) == (Phase.TESTING, 0)
-        assert sim.ladder.results[(f"idea-{i}", 1, 0)]
+        assert sim.ladder.runs.results[(f"idea-{i}", 1, 0)]
     assert len(champions(sim)) == 1 and sim.ladder.act() == []
     assert_replays(sim, tmp_path)
 

@@ -131,12 +131,12 @@ def test_a_misleading_proxy_sends_its_rejects_on_and_a_good_one_keeps_filtering(
 
 def test_a_replayed_ladder_counts_the_same_and_asks_for_nothing_more(tmp_path: Path) -> None:
     sim = swarm_of_ideas(tmp_path, misleading_runner, [1.1 + 0.1 * i for i in range(12)], 0.5)
-    assert sim.ladder.checks[0].checked >= 1
+    assert sim.ladder.promotion.checks[0].checked >= 1
     fresh = Ladder(sim.ladder.tiers, "recipe.py", sim.ladder.initial_source, require_approval=True)
     for message in sim.log:
         fresh.observe(message)
     assert fresh.act() == []
-    assert fresh.checks == sim.ladder.checks
+    assert fresh.promotion.checks == sim.ladder.promotion.checks
 
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5", '"half"'])
@@ -261,7 +261,7 @@ def test_crashes_one_tier_up_do_not_count_against_the_gate_below(tmp_path: Path)
         name = "win" if 1 < lr < 5 else "lose"
         sim.propose(f"{name}-{i:02d}", f"LR = 1.0->LR = {lr:g}")
         sim.run_all()
-    assert sim.ladder.checks[0].promoted == 0  # six crashed promotions, none counted
+    assert sim.ladder.promotion.checks[0].promoted == 0  # six crashed promotions, none counted
 
 
 def test_the_exit_summary_counts_spot_checks_apart_from_promotions(tmp_path: Path) -> None:
