@@ -26,6 +26,7 @@ bench:
 		--methods swarm-tpe,swarm-heuristic,optuna-tpe-hyperband,optuna-tpe-sh,ray-asha,random
 	$(PY) -m bench.search.savings --pools 5 --ideas 40
 	$(PY) -m bench.search.verdicts --problem mfh6:bad --seeds 1
+	$(PY) -m bench.search.false_stacks 2,2,2 0,0,2 --swarms 10 --trials 20
 	rm -rf /tmp/swarm-util && $(PY) bench/utilisation.py --minutes 2 --workspace /tmp/swarm-util
 	$(PY) bench/ledger_bench.py --events 100000
 
@@ -38,7 +39,9 @@ bench-long:
 		--methods swarm-tpe,swarm-heuristic,swarm-portfolio,optuna-tpe-hyperband,optuna-tpe-sh,ray-asha,random
 	$(PY) -m bench.search --seeds 5 --problems synthetic:0.9,synthetic:0.3,mfh6:good,lcdb:1485 \
 		--methods swarm-heuristic,swarm-heuristic-screened --plots /tmp/plots-screened
+	$(PY) -m bench.search.verdicts --problem mfh6:bad --seeds 4 --no-screens
 	$(PY) -m bench.search.verdicts --problem mfh6:bad --seeds 4
+	$(PY) -m bench.search.false_stacks 2,2,2 0,0,2 0,0,2.5 0,0,3 1,1,2
 	$(PY) -m bench.search --seeds 2 --problems synthetic:0.9,mfh6:good \
 		--methods swarm-gp,smac-mf --plots /tmp/plots-gp
 	$(PY) -m bench.search --seeds 10 --problems synthetic:0.9:4,synthetic:0.3:4 \

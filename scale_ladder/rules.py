@@ -97,6 +97,13 @@ class PromotionRule:
     # The least share of the rules' rejects here sent on to the next tier anyway, to learn
     # whether this tier's gate predicts the next one (spot_checks.py); 0: none.
     spot_checks: float = 0.0
+    # The top tier's, when a tier below it screens (tiers.py sets it): its PROMOTE stacks, and
+    # it is then the one gate between an idea and the champion. A win there is confirmed on a
+    # second seed, and judged on the larger of the pooled σ_d and the idea's own spread: an idea
+    # noisy on purpose, or lucky on the seeds it pins, gets no benefit of other ideas' calm (a
+    # red team stacked such ideas through screening tiers on one top seed). With a noise gate at
+    # every tier the gates below already stop them, and these asks cost regret in bench.search.
+    stacks: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +238,8 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return Outcome(Verdict.REJECT, reason, statistics.fmean(gains), None, n)
     delta = statistics.fmean(gains)
     sigma, source = _sigma(pooled, gains, evidence.baseline, scale)
+    if rule.stacks and pooled is not None and n >= 2 and statistics.stdev(gains) > pooled:
+        sigma, source = statistics.stdev(gains), f"own, above the pooled {pooled:.4g}"
     if sigma is None:
         if n >= rule.max_seeds:
             why = f"inconclusive at {n} seeds (max): no noise estimate{source}"
@@ -251,7 +260,7 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
     if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
         numbers += f"; σ_d ≈ 0 ({EQUAL_GAINS}): no noise estimate"
     elif delta - gate > 0 and delta >= needed:
-        if rule.confirm_wins and n < 2 <= rule.max_seeds:  # racing's one seed: see the rule
+        if (rule.confirm_wins or rule.stacks) and n < 2 <= rule.max_seeds:  # one seed: see above
             why = f"a win on one seed, confirmed on a second: {numbers}"
             return _more(rule, 2, n, delta, sigma, why)
         return _rank_gate(rule, evidence, delta, sigma, n, numbers)

@@ -16,7 +16,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,11 +159,15 @@ def load_ladder(path: Path | None = None, target: str = "bytelm") -> LadderConfi
         raise LadderConfigError(f"{path}: no [[tier]] tables")
     built = [_tier(i, raw, path, target) for i, raw in enumerate(tiers)]
     top = built[-1]
-    if top.rule.sigmas == 0 and not top.rule.deterministic:
-        raise LadderConfigError(
-            f"{path}: tier[{top.index}].sigmas must be positive: the top tier's noise gate is "
-            "what guards the champion (sigmas = 0 makes a screening tier, for the tiers below it)"
-        )
+    if not top.rule.deterministic:
+        if top.rule.sigmas < 1:
+            raise LadderConfigError(
+                f"{path}: tier[{top.index}].sigmas must be at least 1, got {top.rule.sigmas}: "
+                "the top tier's noise gate is what guards the champion (sigmas = 0 makes a "
+                "screening tier, for the tiers below it)"
+            )
+        if any(t.rule.sigmas == 0 for t in built[:-1]):  # the top is the one gate: rules.py
+            built[-1] = replace(top, rule=replace(top.rule, stacks=True))
     return LadderConfig(built, approval, float(similarity))
 
 
@@ -238,7 +242,13 @@ def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
         )
     if rule.sigmas < 0:
         raise LadderConfigError(
-            f"{where}.sigmas must be positive, or 0 for a screening tier, got {rule.sigmas}"
+            f"{where}.sigmas must be positive (or 0 for a screening tier below the top), got "
+            f"{rule.sigmas}"
+        )
+    if rule.max_seeds < 2 and not deterministic:  # no pair spread, no pooled σ: all rejected
+        raise LadderConfigError(
+            f"{where}.max_seeds must be at least 2: one seed gives no noise estimate, so no idea "
+            "could pass; if the metric does not depend on the seed, say deterministic = true"
         )
     if not 0 <= rule.top_fraction < 1:
         raise LadderConfigError(f"{where}.top_fraction must be in [0, 1), got {rule.top_fraction}")

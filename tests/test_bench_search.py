@@ -223,3 +223,16 @@ def test_the_verdicts_bench_counts_each_idea_once_per_tier_and_champion() -> Non
     top = len(method.ladder.tiers) - 1
     stacked = sum(n for (tier, _, v), n in verdicts.items() if tier == top and v == "PROMOTE")
     assert stacked == len(method.ladder.champions) - 1
+
+
+def test_the_false_stacks_bench_runs_the_shipped_ladder_with_each_setting() -> None:
+    """bench/search/false_stacks.py: the settings load as a user's file would (the top tier
+    asks more above a screen), a change that clearly helps is stacked, and the counts add up."""
+    from bench.search.false_stacks import nulls, power, tiers_with
+
+    gated, screened = tiers_with((2.0, 2.0, 2.0)), tiers_with((0.0, 0.0, 2.0))
+    assert [t.rule.sigmas for t in screened] == [0.0, 0.0, 2.0]
+    assert screened[-1].rule.stacks and not gated[-1].rule.stacks
+    assert power(gated, 3, 1.0) == 3  # ten σ_d better at every tier: stacked every time
+    stacked, hit, top = nulls(screened, 2, 12)
+    assert 0 <= hit <= min(stacked, 2) and stacked <= top <= 24

@@ -1,10 +1,13 @@
 """Screening tiers (`sigmas = 0` below the top): a proxy tier promotes on the minimum improvement
 and the rank gate, with no significance asked of it; the top tier's noise gate, which the loader
-requires, still decides what is stacked. The real loader, rules and Ladder (tests/ladder_sim.py).
+requires, still decides what is stacked, and asks more than the others (`PromotionRule.stacks`:
+a second seed, and the idea's own spread when it is the larger). The real loader, rules and
+Ladder (tests/ladder_sim.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,10 +78,21 @@ def ladder_file(tmp_path: Path, small: str, large: str = "") -> Path:
 def test_the_loader_takes_a_screening_tier_below_the_top_only(tmp_path: Path) -> None:
     small, large = load_tiers(ladder_file(tmp_path, "sigmas = 0"))
     assert small.rule.sigmas == 0 and large.rule.sigmas == 2.0
-    with pytest.raises(LadderConfigError, match=r"tier\[1\]\.sigmas must be positive: the top"):
-        load_tiers(ladder_file(tmp_path, "", "sigmas = 0\n"))
-    with pytest.raises(LadderConfigError, match=r"tier\[0\]\.sigmas must be positive, or 0"):
+    assert large.rule.stacks and not small.rule.stacks
+    # With a noise gate at every tier, the gates below already guard the top: no extra asks.
+    assert not load_tiers(ladder_file(tmp_path, ""))[1].rule.stacks
+    for top in ("sigmas = 0\n", "sigmas = 1e-300\n", "sigmas = 0.5\n"):
+        with pytest.raises(LadderConfigError, match=r"tier\[1\]\.sigmas must be at least 1"):
+            load_tiers(ladder_file(tmp_path, "", top))
+    with pytest.raises(LadderConfigError, match=r"tier\[0\]\.sigmas must be positive \(or 0"):
         load_tiers(ladder_file(tmp_path, "sigmas = -1"))
+    # One seed gives no noise estimate: such a tier could pass nothing (found by a red team).
+    one_seed = ladder_file(tmp_path, "sigmas = 0")
+    one_seed.write_text(
+        one_seed.read_text().replace("seeds = 2\nmax_seeds = 4", "seeds = 1\nmax_seeds = 1", 1)
+    )
+    with pytest.raises(LadderConfigError, match=r"tier\[0\]\.max_seeds must be at least 2"):
+        load_tiers(one_seed)
 
 
 def small_model_trick(spec: RunSpec, source: str) -> RunResult:
@@ -104,3 +118,27 @@ def test_the_top_tier_rejects_a_change_that_only_passed_the_screen(tmp_path: Pat
     assert [(d.tier, d.verdict) for d in good] == [(0, Verdict.PROMOTE), (1, Verdict.PROMOTE)]
     assert "screening tier" in good[0].rule and "noise gate 2σ/√n" in good[1].rule
     assert [c.idea_id for c in champions(sim)][-1] == "idea-good"
+
+
+TOP = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6, confirm_wins=False)
+
+
+def test_the_top_tier_confirms_a_one_seed_win_on_a_second() -> None:
+    win = Evidence(idea({0: 0.2}), BASE, pooled_sigma=0.02)
+    assert decide(TOP, win).verdict is Verdict.PROMOTE  # a tier that does not stack
+    outcome = decide(replace(TOP, stacks=True), win)
+    assert outcome.verdict is Verdict.RETEST and outcome.seeds_wanted == 2
+
+
+def test_the_top_tier_judges_an_idea_noisier_than_the_pool_on_its_own_spread() -> None:
+    # Mean gain 0.05 on two seeds that disagree (0.10, 0.00): inside its own noise, though
+    # clear of the 2σ/√2 = 0.028 of other ideas' calm pooled σ_d.
+    noisy = Evidence(idea({0: 0.10, 1: 0.0}), BASE, pooled_sigma=0.02)
+    assert decide(TOP, noisy).verdict is Verdict.PROMOTE
+    outcome = decide(replace(TOP, stacks=True), noisy)
+    assert outcome.verdict is Verdict.RETEST
+    assert (
+        outcome.sigma == pytest.approx(0.0707, abs=1e-4) and "own, above the pooled" in outcome.rule
+    )
+    calm = Evidence(idea({0: 0.05, 1: 0.051}), BASE, pooled_sigma=0.02)
+    assert decide(replace(TOP, stacks=True), calm).sigma == 0.02  # the pooled one, when larger

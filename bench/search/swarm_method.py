@@ -97,13 +97,27 @@ def ladder_tiers(rule: Mapping[str, float] | None = None) -> list[Tier]:
     return [replace(t, rule=_with(t.rule, rule)) for t in tiers]
 
 
-def deterministic(tiers: Sequence[Tier], rungs: Iterable[int]) -> list[Tier]:
+def deterministic(tiers: Sequence[Tier], rungs: Iterable[int], screens: bool = True) -> list[Tier]:
     """The tiers with `rungs` declared `deterministic = true`, as a user would write it in the
-    ladder file for a metric that does not depend on the seed (scale_ladder/tiers.py)."""
+    ladder file for a metric that does not depend on the seed (scale_ladder/tiers.py); below a
+    deterministic top tier, the others screen (`sigmas = 0`), as the README advises (the top
+    decides exactly, so a screen below it costs no validity), unless `screens` is False."""
     out = list(tiers)
+    rungs = set(rungs)
     for rung in rungs:
-        rule = replace(out[rung].rule, deterministic=True, seeds=1, max_seeds=1, confirm_wins=False)
+        rule = replace(
+            out[rung].rule,
+            deterministic=True,
+            seeds=1,
+            max_seeds=1,
+            confirm_wins=False,
+            stacks=False,
+        )
         out[rung] = replace(out[rung], seeds=1, rule=rule)
+    if screens and len(out) - 1 in rungs:
+        for rung in range(len(out) - 1):
+            if rung not in rungs:
+                out[rung] = replace(out[rung], rule=replace(out[rung].rule, sigmas=0.0))
     return out
 
 
@@ -124,10 +138,11 @@ class SwarmMethod:
         name: str = "swarm",
         brain: str = "tpe",
         screen: int = 1,  # candidates a heuristic researcher draws per idea (1: no screening)
+        screens: bool = True,  # screening tiers below a deterministic top (deterministic())
     ) -> None:
         self.name = name
         self.problem = problem
-        tiers = deterministic(list(tiers or ladder_tiers()), problem.deterministic_rungs)
+        tiers = deterministic(list(tiers or ladder_tiers()), problem.deterministic_rungs, screens)
         if len(tiers) != len(problem.rung_costs):
             raise ValueError(
                 f"the ladder has {len(tiers)} tiers and {problem.name} {len(problem.rung_costs)} "

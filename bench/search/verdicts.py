@@ -1,6 +1,6 @@
 """Where good ideas die: each tier's verdicts, split by what each idea truly does at the top.
 
-    python -m bench.search.verdicts --problem mfh6:bad --seeds 4
+    python -m bench.search.verdicts --problem mfh6:bad --seeds 4 [--no-screens]
 
 Runs the swarm (real brain, real ladder, the shipped `configs/ladder.toml`) on a simulated
 problem, as `python -m bench.search` does, and counts the last verdict of every idea at every
@@ -25,10 +25,10 @@ from bus.messages import Decision, Message, RunSpec, Verdict
 class Recorded(SwarmMethod):
     """The swarm method, keeping every Decision and each idea's RunSpec per champion."""
 
-    def __init__(self, problem: Problem, seed: int, brain: str) -> None:
+    def __init__(self, problem: Problem, seed: int, brain: str, screens: bool = True) -> None:
         self.decisions: list[Decision] = []
         self.specs: dict[tuple[str, int], RunSpec] = {}
-        super().__init__(problem, seed, brain=brain)
+        super().__init__(problem, seed, brain=brain, screens=screens)
         act = self.ladder.act
 
         def recorded() -> list[Message]:
@@ -72,13 +72,18 @@ def main() -> None:
     parser.add_argument("--brain", default="tpe")
     parser.add_argument("--budget", type=float, default=900)
     parser.add_argument("--margin", type=float, default=0.005, help="of the top-fidelity loss")
+    parser.add_argument(
+        "--no-screens",
+        action="store_true",
+        help="keep the ladder's noise gates below a deterministic top tier (no screening tiers)",
+    )
     args = parser.parse_args()
     problem = make_problem(args.problem)
     verdicts: Counter[tuple] = Counter()
     reasons: Counter[tuple] = Counter()
     regrets = []
     for seed in range(args.seeds):
-        method = Recorded(problem, seed, args.brain)
+        method = Recorded(problem, seed, args.brain, screens=not args.no_screens)
         try:
             trajectory = simulate(problem, method, args.budget, 4, seed)
         finally:
@@ -88,7 +93,8 @@ def main() -> None:
         verdicts.update(v)
         reasons.update(r)
     print(
-        f"{problem.name}, swarm-{args.brain}, {args.seeds} seeds: final regret median "
+        f"{problem.name}, swarm-{args.brain}{', no screens' if args.no_screens else ''}, "
+        f"{args.seeds} seeds: final regret median "
         f"{statistics.median(regrets):.4f}; last verdict of each idea per tier and champion, by "
         f"its true effect at the top (margin {args.margin:g})"
     )
