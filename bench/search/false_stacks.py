@@ -24,6 +24,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
+from bench.search.swarm_method import spec_result
 from bus.messages import ChampionChange, ChangeKind, Decision, Idea, RunResult, RunSpec, RunStatus
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
@@ -98,16 +99,7 @@ class Swarm:
                 base = self.ladder.champions[spec.champion_version].source
                 source = patched_source(base, spec.patch, "recipe.py") if spec.patch else base
                 value = metric(source, spec.tier, spec.seed)
-            result = RunResult(
-                spec.run_id,
-                spec.tier,
-                spec.seed,
-                spec.champion_version,
-                status,
-                idea_id=spec.idea_id,
-                metric=value,
-            )
-            self._feed(result)
+            self._feed(spec_result(spec, status, value))
 
 
 def nulls(tiers: list[Tier], swarms: int, ideas: int) -> tuple[int, int, int]:
