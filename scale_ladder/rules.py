@@ -29,14 +29,16 @@ comparison there is one number repeated, so `decide` answers HELD (`SEED_IGNORED
 verdict, whatever the idea's runs say; the ladder holds the tier until a seed gives a different
 metric. An idea whose own metrics are equal across seeds while the baseline's vary is rejected.
 
-A tier below the top may be a screening tier (`sigmas = 0`): it promotes on the minimum
+A tier below the top may be a screening tier (`sigmas = 0`, opt-in): it promotes on the minimum
 improvement and the rank gate alone, a one-seed win at the first tier confirmed on a second, and
 asks for no significance. Its question is which ideas are worth the next tier's compute, not
 whether an idea is better for sure: the next tier re-tests every idea it sends on fresh seeds,
-and the top tier, where the noise gate is required (tiers.py), decides what is stacked. A
-significance gate at every tier asks a small, noisy proxy for evidence it cannot give for
-cheap: measured in bench.search, it rejected 96% of the ideas that were truly better at the
-top on MF-Hartmann-6 "bad" (docs/benchmarks.md, "Screening tiers").
+and the top tier, whose noise gate is required (tiers.py) and asks more above a screen
+(`PromotionRule.stacks`), decides what is stacked. Below a deterministic top tier, which decides
+exactly, a screen costs nothing and reaches far more (a 2σ gate at tier 0 rejected 95% of the
+ideas truly better at the top on MF-Hartmann-6 "bad"); below a noisy top tier it lets many more
+changes that do nothing reach the top, and some get stacked (bench/search/false_stacks.py), so
+the shipped ladders do not screen (docs/benchmarks.md, "Screening tiers").
 
 A tier may be declared deterministic (`deterministic = true`: its metric does not depend on the
 seed by design, as in a simulator or a benchmark whose top fidelity has no noise). It runs each
