@@ -34,7 +34,8 @@ def _our_processes(marker: str) -> set[int]:
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            # Any process on the machine may carry bytes that are not UTF-8 in its arguments.
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if marker in cmdline and int(entry.name) != os.getpid():

@@ -32,8 +32,10 @@ from training.process_outcome import (
 )
 from training.run_limits import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S, Cancelled, RunLimits
 from training.sandbox import (
+    COMMAND,
     UNSAFE_FLAG,
     Limits,
+    device_paths,
     drop_capabilities,
     restrict_filesystem,
     restrict_syscalls,
@@ -162,9 +164,7 @@ def _confinement(
 ) -> Callable[[], None]:
     """What runs between fork and exec: limits, Landlock and seccomp survive exec. Where a GPU
     is used, its device files must be writable (opening them read-write is how CUDA starts)."""
-    writable = [folder, Path("/dev/null")]
-    if run.device.startswith("cuda"):
-        writable += sorted(Path("/dev").glob("nvidia*"))
+    writable = [folder, Path("/dev/null"), *device_paths(run.device)[1]]
 
     # Without the user's explicit UNSAFE_FLAG a stage runs confined or not at all; held-out
     # files are hidden or nothing runs, whatever the flag.
@@ -177,7 +177,7 @@ def _confinement(
             why = "held-out files cannot be hidden" if reach.strict else "no Landlock"
             raise OSError(f"{why}: {applied} (pass {UNSAFE_FLAG} to run unconfined)")
         if reach.no_network:
-            applied = restrict_syscalls(processes=True)
+            applied = restrict_syscalls(COMMAND)
             if (reach.strict or not unsafe) and applied != "seccomp":
                 raise OSError(f"the network cannot be closed: {applied} (pass {UNSAFE_FLAG})")
         drop_capabilities()  # no_new_privs (set above) keeps exec from granting them back

@@ -69,13 +69,12 @@ def _confine(config: dict[str, Any], write: list[Path]) -> None:
 
     scratch = Path(config["scratch"])
     package = Path(__file__).resolve().parent
-    read = sandbox.python_read_paths([package, scratch])
-    if config["device"].startswith("cuda"):
-        read.append(Path("/dev"))
-        # CUDA opens its device files read-write (/dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN)
-        write = [*write, *sorted(Path("/dev").glob("nvidia*"))]
+    device_read, device_write = sandbox.device_paths(config["device"])
+    read = sandbox.python_read_paths([package, scratch, *device_read])
+    write = [*write, *device_write]
     applied = [sandbox.restrict_filesystem(read, write, reads_all=False)]
-    applied.append(sandbox.restrict_syscalls())
+    gpu = config["device"].startswith("cuda")
+    applied.append(sandbox.restrict_syscalls(sandbox.GPU_EXPERIMENT if gpu else sandbox.EXPERIMENT))
     applied.append(sandbox.drop_capabilities())
     complete = applied[0].startswith("landlock abi") and applied[1] == "seccomp"
     unsafe = "" if complete else f" (unconfined: {sandbox.UNSAFE_FLAG})"

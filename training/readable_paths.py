@@ -30,7 +30,8 @@ from pathlib import Path
 from training.corpus_modules import corpus_module
 
 # The dynamic loader's own folders (glibc's default search path, with their multiarch subfolder
-# added below) and its cache; LD_LIBRARY_PATH is not passed to experiments (sandbox.ENV_ALLOWED).
+# added below), the folders LD_LIBRARY_PATH names (passed to experiments: a GPU machine's driver
+# is often found only through it) and its cache.
 LOADER_FOLDERS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 LOADER_CACHE = Path("/etc/ld.so.cache")
 # Files and folders besides Python and libraries; none holds Python sources.
@@ -46,12 +47,35 @@ SYSTEM_PATHS = (
     "/dev/urandom",
 )
 SITE_FOLDERS = {"site-packages", "dist-packages"}  # granted as site folders or not at all
+# What CUDA reads besides its libraries: the device files (which it also writes, see
+# `device_paths`), the driver's parameters and the GPUs' PCI topology. None holds Python sources,
+# credentials or a corpus.
+CUDA_READ_PATHS = (
+    "/dev",
+    "/proc/driver/nvidia",
+    "/proc/driver/nvidia-uvm",
+    "/sys/bus/pci",
+    "/sys/devices",
+)
 
 
 def python_read_paths(extra: Iterable[Path] = ()) -> list[Path]:
     """Everything a Python + torch process needs to read, and no copy of the corpus."""
     libraries = shared_libraries(_loader_folders(), LOADER_CACHE, Path("/proc/self/maps"))
     return [*python_install(), *libraries, *map(Path, SYSTEM_PATHS), *extra]
+
+
+def device_paths(device: str) -> tuple[list[Path], list[Path]]:
+    """What an experiment on `device` must read, and write, besides its Python and scratch:
+    nothing on the CPU; on CUDA the paths above, its device files read-write (/dev/nvidiactl,
+    /dev/nvidia-uvm, /dev/nvidiaN: it opens them so), and its own threads' files in /proc: the
+    driver names the threads it starts (`/proc/self/task/<tid>/comm`) and fails to start when it
+    cannot (error 304, seen on an H100). Landlock resolves `/proc/self` when the rule is made, so
+    the grant covers the process that confines itself, not its children."""
+    if not device.startswith("cuda"):
+        return [], []
+    own_threads = Path("/proc/self/task")
+    return [Path(p) for p in CUDA_READ_PATHS], [*sorted(Path("/dev").glob("nvidia*")), own_threads]
 
 
 def python_install() -> list[Path]:
@@ -104,11 +128,12 @@ def shared_libraries(folders: Iterable[Path], cache: Path, maps: Path) -> list[P
 
 
 def _loader_folders() -> list[Path]:
-    """The loader's default folders, and the interpreter's own `lib` (conda's and pyenv's
-    libraries are found there through the binaries' RPATH, MKL's loaded lazily)."""
+    """The loader's default folders, the interpreter's own `lib` (conda's and pyenv's libraries
+    are found there through the binaries' RPATH, MKL's loaded lazily) and LD_LIBRARY_PATH's."""
     multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
     folders = [Path(f) for f in LOADER_FOLDERS] + [Path(f) / multiarch for f in LOADER_FOLDERS]
     folders += [Path(sys.base_prefix) / "lib", Path(sys.prefix) / "lib"]
+    folders += [Path(f) for f in os.environ.get("LD_LIBRARY_PATH", "").split(":") if f]
     return list(dict.fromkeys(f.resolve() for f in folders))
 
 

@@ -8,7 +8,8 @@ Applied in the experiment's own process, before any recipe code is imported:
   or /usr/local/lib (readable_paths.py). It may write only its scratch directory; TCP
   bind/connect are denied (no bus, no network); it cannot signal processes outside itself.
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
-  socket at all (Landlock only covers TCP), no memfd (memory outside the address-space limit),
+  socket at all (Landlock only covers TCP), no memfd on the CPU (memory outside the address-space
+  limit; CUDA's driver needs one, and has no such limit),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
   process, no SysV IPC, keyring or memfd_secret (state that outlives the run), no probing or
   evicting the page cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise
@@ -32,11 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Re-exported: the harness confines its processes with sandbox.* alone.
+from training.readable_paths import device_paths as device_paths
 from training.readable_paths import python_read_paths as python_read_paths
 
 # Environment variables an experiment may see; everything else (API keys, tokens, NATS
-# credentials) is dropped.
-ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES")
+# credentials) is dropped. LD_LIBRARY_PATH: where a GPU machine's driver library may be found.
+ENV_ALLOWED = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +209,10 @@ def _no_new_privs(libc: ctypes.CDLL) -> None:
 @dataclass(frozen=True, slots=True)
 class _Abi:
     arch: int  # AUDIT_ARCH_* of the native ABI; any other ABI is denied whole
-    denied: tuple[int, ...]  # fork, vfork, execve, execveat, memfd_create, io_uring_setup
+    forks: tuple[int, ...]  # fork, vfork (clone is filtered by its flags)
+    execs: tuple[int, ...]  # execve, execveat
+    io_uring: int  # io_uring_setup: denied in every mode (it would bypass these checks)
+    memfd: int  # memfd_create
     clone: int
     clone3: int
     socket: int
@@ -223,7 +236,10 @@ class _Abi:
 _ABIS = {
     "x86_64": _Abi(
         0xC000003E,
-        (57, 58, 59, 322, 319, 425),
+        (57, 58),
+        (59, 322),
+        425,
+        319,
         56,
         435,
         41,
@@ -236,7 +252,10 @@ _ABIS = {
     ),
     "aarch64": _Abi(
         0xC00000B7,
-        (221, 281, 279, 425),
+        (),
+        (221, 281),
+        425,
+        279,
         220,
         435,
         198,
@@ -255,16 +274,38 @@ _CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x100000
 _CLONE_NAMESPACES |= 0x20000000 | 0x40000000
 
 
-def restrict_syscalls(processes: bool = False) -> str:
-    """Deny fork/vfork/exec and non-thread clone, sockets, memfd and io_uring to this process and
-    its threads, and every syscall made through another ABI: on x86_64, `int 0x80` reaches the
-    i386 table (where fork is 2), which a filter on x86_64 numbers alone lets by.
-    `processes`: allow fork, exec, memfd and Unix sockets (a command target runs a shell and its
-    toolchain), deny the rest: Landlock bars TCP only, so without this a UDP packet leaves the
-    machine. In both: no new namespace (unshare, setns, clone with CLONE_NEW*: a user namespace
-    would give the experiment every capability inside it) and no rlimit on another process
-    (prlimit64 with a pid: a red team set the CPU limit of a process outside to 1 s and it
-    died)."""
+@dataclass(frozen=True, slots=True)
+class SyscallRules:
+    """What a confined process may do besides computing and using what it was given; each
+    field allows one group of syscalls. New namespaces, io_uring, SysV IPC, keyrings,
+    memfd_secret, rlimits on other processes and other ABIs are denied in every mode."""
+
+    forks: bool = False  # fork, vfork, clone without CLONE_THREAD: child processes
+    execs: bool = False  # execve, execveat: running programs
+    memfd: bool = False  # memfd_create: memory outside the address-space limit
+    unix_sockets: bool = False  # socket(AF_UNIX); any other socket is denied in every mode
+    page_cache: bool = False  # probing or evicting the page cache (see _Abi.page_cache)
+
+
+# An experiment of ours on the CPU: threads, and the pipes and files it was given.
+EXPERIMENT = SyscallRules()
+# On CUDA: the driver makes a memfd and a child process at start and fails (error 304) without
+# them (seen on an H100; bench/cuda_sandbox.py tells which group a machine's driver needs).
+# exec stays denied, so neither can run a program; CUDA experiments have no address-space limit
+# for a memfd to escape.
+GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True)
+# A command target runs a shell and its toolchain (which keeps Unix sockets).
+COMMAND = SyscallRules(forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True)
+
+
+def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
+    """Apply a seccomp filter to this process and its threads: deny what `rules` does not allow,
+    and every syscall made through another ABI (on x86_64, `int 0x80` reaches the i386 table,
+    where fork is 2, which a filter on x86_64 numbers alone lets by). Landlock bars TCP only:
+    without the socket rule a UDP packet leaves the machine. No new namespace (unshare, setns,
+    clone with CLONE_NEW*: a user namespace would give the experiment every capability inside
+    it) and no rlimit on another process (prlimit64 with a pid: a red team set the CPU limit of
+    a process outside to 1 s and it died)."""
     abi = _ABIS.get(platform.machine())
     if abi is None:
         return "seccomp unavailable"
@@ -274,27 +315,30 @@ def restrict_syscalls(processes: bool = False) -> str:
     prog = [(ld, 0, 0, arch), (jeq, 1, 0, abi.arch), (ret, 0, 0, deny), (ld, 0, 0, nr)]
     if abi.x32:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
-    denied = abi.denied[-1:] if processes else abi.denied
-    cache = abi.page_cache if not processes else ()
-    for number in (*denied, *abi.namespaces, *abi.shared_state, *cache):
+    denied = [abi.io_uring, *abi.namespaces, *abi.shared_state]
+    denied += [*abi.forks] if not rules.forks else []
+    denied += [*abi.execs] if not rules.execs else []
+    denied += [abi.memfd] if not rules.memfd else []
+    denied += [*abi.page_cache] if not rules.page_cache else []
+    for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
     # falls back to clone, whose flags it can check.
     prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
-    # clone: never a new namespace; without `processes`, only a thread.
-    thread = [(jset, 1, 0, _CLONE_THREAD), (ret, 0, 0, deny)] if not processes else []
+    # clone: never a new namespace; without `forks`, only a thread.
+    thread = [(jset, 1, 0, _CLONE_THREAD), (ret, 0, 0, deny)] if not rules.forks else []
     prog += [(jeq, 0, 4 + len(thread), abi.clone), (ld, 0, 0, arg0)]
     prog += [(jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny), *thread, (ret, 0, 0, allow)]
     prog += [(ld, 0, 0, nr)]
     # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
     prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    if not processes:  # madvise: all but MADV_COLD (20) and MADV_PAGEOUT (21), which evict
+    if not rules.page_cache:  # madvise: all but MADV_COLD (20) and MADV_PAGEOUT (21), which evict
         prog += [(jeq, 0, 5, abi.madvise), (ld, 0, 0, arg0 + 16), (jeq, 2, 0, 20), (jeq, 1, 0, 21)]
         prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
     # socket: none at all for an experiment of ours (it talks to the runner over pipes it was
     # given); Unix ones only for a command's toolchain.
-    if processes:
+    if rules.unix_sockets:
         prog += [(jeq, 0, 4, abi.socket), (ld, 0, 0, arg0), (jeq, 0, 1, _AF_UNIX)]
         prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
     else:
