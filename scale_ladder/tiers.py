@@ -135,7 +135,12 @@ _MAY_BE_ZERO = ("top_fraction", "spot_checks", "sigmas")
 def load_ladder(path: Path | None = None, target: str = "bytelm") -> LadderConfig:
     """The ladder in `path` for `target` (bytelm, synthetic or command)."""
     path = path or DEFAULT_LADDER
-    data = _read(path)
+    return ladder_from(read_ladder_file(path), str(path), target)
+
+
+def ladder_from(data: dict[str, Any], path: str, target: str = "bytelm") -> LadderConfig:
+    """The ladder a ladder file's parsed TOML describes, checked as a file is (errors name
+    `path`): what `swarm whatif --sweep` builds its variants with."""
     unknown = set(data) - {"tier", "require_approval", "near_duplicate_similarity"}
     if unknown:
         raise LadderConfigError(
@@ -175,7 +180,7 @@ def load_tiers(path: Path | None = None, target: str = "bytelm") -> list[Tier]:
     return load_ladder(path, target).tiers
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_ladder_file(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -184,7 +189,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise LadderConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
-def _tier(index: int, raw: Any, path: Path, target: str) -> Tier:
+def _tier(index: int, raw: Any, path: str, target: str) -> Tier:
     where = f"{path}: tier[{index}]"
     if not isinstance(raw, dict):
         raise LadderConfigError(f"{where} must be a table")

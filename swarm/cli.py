@@ -61,6 +61,8 @@ examples:
   swarm champion revert 2                       make v2's recipe the champion again
   swarm report                                  progress.png and report.html in the workspace
   swarm audit                                   check a stopped swarm's ledger: lost, duplicated
+  swarm whatif --sweep sigmas=1,2,3             the same history under other promotion settings
+  swarm calibrate                               a ladder file from the measured noise, checked
   swarm run --tier 0 --target command --edit train.py --run "python train.py --seed={seed}" \\
             --metric val_loss --metric-regex "val loss ([0-9.]+)"
 
@@ -172,6 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="it stopped with nothing in flight: count unfinished runs and work a replayed "
         "ladder would still do as problems",
     )
+
+    whatif = commands.add_parser(
+        "whatif", help="decide the recorded history again under other promotion settings"
+    )
+    whatif.add_argument("--ladder", type=Path, action="append", default=[], help="another file")
+    whatif.add_argument("--sweep", help="KEY=V1,V2,... or TIER.KEY=...: one setting per value")
+    whatif.add_argument("--out", type=Path, help="also write the answer as a .parquet file")
+
+    calibrate = commands.add_parser(
+        "calibrate", help="propose a ladder file from what the swarm measured, checked by whatif"
+    )
+    calibrate.add_argument("--out", type=Path, default=Path("ladder.calibrated.toml"))
 
     commands.add_parser("ledger", help="(internal) run the ledger process; started by `start`")
     commands.add_parser("ladder", help="(internal) run the ladder process; started by `start`")
@@ -420,6 +434,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         return _audit(config, workspace, args.drained)
     elif args.command == "sql":
         await _sql(args, config, workspace)
+    elif args.command in ("whatif", "calibrate"):
+        await _whatif(args, config, workspace)
     elif args.command == "run":
         # Imported here: torch costs ~2 s at import, and `swarm sql` should not pay it.
         from swarm.training_setup import run_once, summary
@@ -508,6 +524,22 @@ def _audit(config: SwarmConfig, workspace: Workspace, drained: bool) -> int:
     for note in report.unsent:
         print(f"  note: {note}")
     return 1 if problems else 0
+
+
+async def _whatif(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> None:
+    from swarm import whatif_command as w
+
+    if args.config is None and (workspace.run_dir / "swarm.toml").exists():
+        config = config_files.recorded_config(workspace.run_dir / "swarm.toml")  # as it ran
+    if args.command == "calibrate":
+        from swarm.calibrate_command import calibrate
+
+        print(await calibrate(config, workspace, args.out))
+        return
+    answer = await w.whatif(config, workspace, args.ladder, args.sweep)
+    print(w.render(answer))
+    if args.out is not None:
+        print(f"wrote {w.write_parquet(answer, args.out)} rows to {args.out}")
 
 
 async def _sql(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> None:
