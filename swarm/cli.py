@@ -61,6 +61,7 @@ examples:
   swarm champion revert 2                       make v2's recipe the champion again
   swarm report                                  progress.png and report.html in the workspace
   swarm audit                                   check a stopped swarm's ledger: lost, duplicated
+  swarm web                                     the web view of this workspace (start serves it)
   swarm whatif --sweep sigmas=1,2,3             the same history under other promotion settings
   swarm calibrate                               a ladder file from the measured noise, checked
   swarm run --tier 0 --target command --edit train.py --run "python train.py --seed={seed}" \\
@@ -117,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--trainers", type=int, help="trainer processes (default: one per core)")
     start.add_argument("--agents", type=int, help="researcher agents (default: agents.count)")
     start.add_argument("--max-experiments", type=int, help="stop after this many results")
+    start.add_argument("--no-web", action="store_true", help="serve no web view (web.enabled)")
+    start.add_argument("--web-port", type=int, help="the web view's port (web.port)")
     _add_brain_flags(start)
     _add_bus_flags(start)
     _add_target_flags(start)
@@ -174,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="it stopped with nothing in flight: count unfinished runs and work a replayed "
         "ladder would still do as problems",
     )
+
+    web = commands.add_parser(
+        "web", help="serve the read-only web view of this workspace's swarm, or of --nats URL"
+    )
+    web.add_argument("--host", help="address to listen on (web.host, loopback by default)")
+    web.add_argument("--port", dest="web_port", type=int, help="port (web.port)")
+    _add_bus_flags(web)
 
     whatif = commands.add_parser(
         "whatif", help="decide the recorded history again under other promotion settings"
@@ -299,6 +309,9 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     config = with_overrides(config, "agents", count=count, brain=brain, screen=screen)
     config = with_overrides(config, "llm", max_usd=flag("max_llm_usd"))
     config = with_overrides(config, "limits", max_experiments=flag("max_experiments"))
+    config = with_overrides(config, "web", host=flag("host"), port=flag("web_port"))
+    if flag("no_web"):
+        config = with_overrides(config, "web", enabled=False)
     if args.command == "worker":
         config = with_overrides(config, "trainers", device=flag("device"))
     if flag("unsafe_no_sandbox"):
@@ -428,12 +441,16 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
     elif args.command == "status":
         await _status(config, workspace)
     elif args.command == "audit":
-        if args.config is None and (workspace.run_dir / "swarm.toml").exists():
-            # the config it last ran with
-            config = config_files.recorded_config(workspace.run_dir / "swarm.toml")
-        return _audit(config, workspace, args.drained)
+        return _audit(_as_it_ran(args, config, workspace), workspace, args.drained)
     elif args.command == "sql":
         await _sql(args, config, workspace)
+    elif args.command == "web":
+        from swarm.start import bus_settings
+        from swarm.web_command import serve  # starlette and uvicorn: not every command's
+
+        remote = bus_settings(config) if config.bus.url else None
+        ran = config if remote else _as_it_ran(args, config, workspace)
+        await serve(ran, workspace, remote, config.web.host, config.web.port)
     elif args.command in ("whatif", "calibrate"):
         await _whatif(args, config, workspace)
     elif args.command == "run":
@@ -526,11 +543,19 @@ def _audit(config: SwarmConfig, workspace: Workspace, drained: bool) -> int:
     return 1 if problems else 0
 
 
+def _as_it_ran(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> SwarmConfig:
+    """The config the workspace's swarm last ran with, unless --config names one: what its
+    history was made under (target, ladder, recipe), whatever this folder's swarm.toml says."""
+    recorded = workspace.run_dir / "swarm.toml"
+    if args.config is None and recorded.exists():
+        return config_files.recorded_config(recorded)
+    return config
+
+
 async def _whatif(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> None:
     from swarm import whatif_command as w
 
-    if args.config is None and (workspace.run_dir / "swarm.toml").exists():
-        config = config_files.recorded_config(workspace.run_dir / "swarm.toml")  # as it ran
+    config = _as_it_ran(args, config, workspace)
     if args.command == "calibrate":
         from swarm.calibrate_command import calibrate
 

@@ -160,6 +160,16 @@ class StatusConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WebConfig:
+    # `swarm start` serves the read-only web view (swarm/web/) on this address: loopback by
+    # default; any other host needs credentials (HTTP Basic as the bus's cli role: README).
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8765  # taken: another free port, printed; 0: any free port
+    refresh_s: float = 2.0  # how often an open page asks for news
+
+
+@dataclass(frozen=True, slots=True)
 class SwarmConfig:
     workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     bus: BusConfig = field(default_factory=BusConfig)
@@ -172,6 +182,7 @@ class SwarmConfig:
     llm: LlmConfig = field(default_factory=LlmConfig)
     meta: MetaConfig = field(default_factory=MetaConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
 
 
 # Values that must be positive, by dotted key.
@@ -191,6 +202,7 @@ POSITIVE = {
     "llm.timeout_s",
     "meta.interval_s",
     "meta.min_outcomes",
+    "web.refresh_s",
 }
 
 
@@ -205,6 +217,7 @@ NONNEGATIVE = {
     "ledger.events_keep_days",
     "ledger.events_keep_gb",
     "llm.cooldown_s",
+    "web.port",
 }
 
 

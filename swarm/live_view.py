@@ -234,7 +234,7 @@ async def gather_snapshot(
     board_sql = LEADERBOARD_SQL.format(order="ASC" if lower_is_better else "DESC")
     sqls = (TOTALS_SQL, AGENTS_SQL, EXPERIMENTS_SQL, board_sql, LINEAGE_SQL)
     consumers, *answers = await asyncio.gather(
-        _consumers(nc, timeout_s),
+        trainer_queues(nc, timeout_s),
         *(ask_ledger(nc, sql, timeout_s) for sql in sqls),
         return_exceptions=True,
     )
@@ -258,7 +258,7 @@ async def gather_snapshot(
         base,
         agents=tuple(AgentRow(**r) for r in agents),
         queues=queues,
-        experiments=_experiments(experiments, running, base.taken_at),
+        experiments=experiments_from(experiments, running, base.taken_at),
         leaderboard=tuple(Standing(**r) for r in leaderboard),
         champions=tuple(ChampionRow(**r) for r in lineage),
         runs_by_status={r["name"]: r["n"] for r in totals if r["what"] == "runs"},
@@ -268,7 +268,7 @@ async def gather_snapshot(
     )
 
 
-async def _consumers(nc: Client, timeout_s: float) -> dict[int, tuple[int, int]]:
+async def trainer_queues(nc: Client, timeout_s: float) -> dict[int, tuple[int, int]]:
     """(queued, running) per tier that has a trainer consumer."""
     try:
         infos = await asyncio.wait_for(nc.jetstream().consumers_info(JOBS_STREAM), timeout_s)
@@ -282,7 +282,7 @@ async def _consumers(nc: Client, timeout_s: float) -> dict[int, tuple[int, int]]
     return held
 
 
-def _experiments(
+def experiments_from(
     rows: list[dict[str, Any]], running: dict[int, int], now: float
 ) -> tuple[Experiment, ...]:
     found = []
@@ -313,6 +313,17 @@ def _problem(exc: BaseException, starting: bool = False) -> str:
     raise exc
 
 
+def brain_and_persona(name: str) -> tuple[str, str]:
+    """A researcher's brain and persona, from its name: <prefix>-<i>-tpe|gp, or
+    <prefix>-<i>[-<llm brain>|-portfolio]-<persona> (agents/host.py names them so)."""
+    *rest, persona = name.split("-")
+    if persona in MODEL_BRAINS:
+        return persona, ""
+    named = rest[-1] if rest else ""
+    brain = named if named in (*LLM_BRAINS, "portfolio") else "heuristic"
+    return brain, persona if persona in PERSONAS else ""
+
+
 def render(snapshot: LiveSnapshot) -> RenderableType:
     s = snapshot
     header = Text.assemble(
@@ -331,18 +342,13 @@ def render(snapshot: LiveSnapshot) -> RenderableType:
     notes = [Text(for_terminal(line), style="yellow") for line in s.notes()]
     agents = _table("researchers", "agent", "brain", "persona", "in play", "last", "ago")
     for a in s.agents:
-        *rest, persona = a.name.split("-")
-        if persona in MODEL_BRAINS:
-            brain, persona = persona, ""
-        else:
-            named = rest[-1] if rest else ""
-            brain = named if named in (*LLM_BRAINS, "portfolio") else "heuristic"
+        brain, persona = brain_and_persona(a.name)
         ago = _duration(s.taken_at - a.last_at) if a.last_at is not None else ""
         last = a.last_proposed or a.last_action
         agents.add_row(
             _plain(a.name),
             brain,
-            persona if persona in PERSONAS else "",
+            persona,
             str(a.in_play),
             _cut(last),
             ago,

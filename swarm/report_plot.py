@@ -8,6 +8,7 @@ grey ticks the skipped ones (the champion moved on before they ran).
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,16 +32,22 @@ DPI = 100
 
 def plot_progress(data: ReportData, path: Path) -> None:
     """Write the PNG to `path`; a ledger without runs gets a PNG that says so."""
+    path.write_bytes(render_progress(data, "png"))
+
+
+def render_progress(data: ReportData, fmt: str) -> bytes:
+    """The plot as `fmt` (png, svg) bytes: the report's file, the web view's chart."""
+    out = io.BytesIO()
     tiers = sorted({run.tier for run in data.runs})
     if not tiers:
         fig, ax = plt.subplots(figsize=(6, 2))
         try:
             ax.axis("off")
             ax.text(0.5, 0.5, "no runs yet", ha="center", va="center", fontsize=16)
-            fig.savefig(path, dpi=DPI, format="png")
+            fig.savefig(out, dpi=DPI, format=fmt)
         finally:
             plt.close(fig)
-        return
+        return out.getvalue()
     stacked = {c.idea_id: c.version for c in data.champions if c.idea_id}
     fig, axes = plt.subplots(
         len(tiers), 1, figsize=(10, PANEL_HEIGHT * len(tiers)), squeeze=False, layout="constrained"
@@ -49,9 +56,10 @@ def plot_progress(data: ReportData, path: Path) -> None:
         for ax, tier in zip(axes[:, 0], tiers, strict=True):
             runs = [run for run in data.runs if run.tier == tier]
             _panel(ax, tier, runs, stacked, data.metric_name, data.lower_is_better)
-        fig.savefig(path, dpi=DPI, format="png")
+        fig.savefig(out, dpi=DPI, format=fmt)
     finally:
         plt.close(fig)
+    return out.getvalue()
 
 
 def _ticks(ax: Axes, xs: list[int], color: str, label: str) -> None:

@@ -8,6 +8,7 @@ stops, and the workspace lock is released.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -32,7 +33,7 @@ from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
 from recipes.store import recipe_bucket
 from swarm.champion_health import broken_champion
-from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
+from swarm.config import ConfigError, SwarmConfig, dump_config, listen_address, with_overrides
 from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
@@ -43,6 +44,20 @@ from swarm.trainer_plan import gpu_count, trainer_envs, visible_gpus
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+
+def check_web(config: SwarmConfig) -> None:
+    """A web view beyond loopback needs credentials to ask for: the embedded server's cli
+    role has its own; on an external bus, the user and password this command was given."""
+    from swarm.web_command import is_loopback
+
+    web, bus = config.web, config.bus
+    if web.enabled and not is_loopback(web.host) and bus.url and not (bus.user and bus.password):
+        raise ConfigError(
+            f"web.host {web.host!r} is not loopback: on an external bus the web view needs "
+            "bus.user and a password (SWARM_NATS_PASSWORD) to ask visitors for; or web.enabled "
+            "= false, or --no-web"
+        )
 
 
 def bus_settings(config: SwarmConfig) -> BusSettings:
@@ -59,6 +74,7 @@ async def start_swarm(
     out: TextIO = sys.stdout,
 ) -> None:
     make_ladder(config)  # a bad ladder or target stops the start here, naming the key
+    check_web(config)
     check_llm(config, workspace, config.agents.count)  # a missing key or price, likewise
     trainers = trainer_plan(config)
     if trainers and (warning := check_confinement(config)):  # or refuses here
@@ -140,6 +156,8 @@ async def start_swarm(
                         grace_s=30.0,  # LLM calls in flight finish and are recorded
                     )
                 )
+            web = _web_child(config, workspace, effective, keys)
+            children += [web] if web else []
             for child in children:
                 await child.start()
             print(
@@ -148,6 +166,8 @@ async def start_swarm(
                 file=out,
                 flush=True,
             )
+            if web:
+                print(f"swarm: web view {await _web_url(workspace)}", file=out, flush=True)
             async with asyncio.TaskGroup() as group:
                 keepers = [group.create_task(child.keep_alive()) for child in children]
                 if server is not None:
@@ -237,6 +257,33 @@ def trainer_plan(config: SwarmConfig) -> list[dict[str, str]]:
         device = resolve_device(device)
     gpus = visible_gpus(os.environ, gpu_count(device))
     return trainer_envs(config.trainers.count, device, os.cpu_count() or 1, gpus)
+
+
+def _web_child(
+    config: SwarmConfig, workspace: Workspace, effective: Path, keys: tuple[str, ...]
+) -> ManagedProcess | None:
+    """The web view's process (web.enabled): on web.port or, taken, a free one."""
+    if not config.web.enabled:
+        return None
+    workspace.web_url_file.unlink(missing_ok=True)  # the child writes where it listens
+    return ManagedProcess(
+        "web",
+        _swarm_argv(workspace, effective, "web"),
+        workspace.logs_dir / "web.log",
+        config.ledger.restart_delay_s,
+        withhold=keys,
+    )
+
+
+async def _web_url(workspace: Workspace, timeout_s: float = 15.0) -> str:
+    """Where the web view listens, once its process says (it may take another port)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if url := workspace.web_url_file.read_text().strip():
+                return url
+        await asyncio.sleep(0.1)
+    return f"starting (see {workspace.logs_dir / 'web.log'})"
 
 
 def _swarm_argv(workspace: Workspace, config_path: Path, *command: str) -> list[str]:

@@ -200,7 +200,7 @@ def render(answer: Answer, details: int = 10) -> str:
         "where the record never got; open: waits on a run nobody made, or never got there;",
         "  diverged: written for a champion these settings never made, so not theirs to judge)",
         "",
-        _fidelity_line(answer.fidelity),
+        fidelity_line(answer.fidelity),
     ]
     for setting, comparison in answer.results:
         lines += ["", f"== {setting.label}", *_table(comparison)]
@@ -211,7 +211,7 @@ def render(answer: Answer, details: int = 10) -> str:
     return "\n".join(lines)
 
 
-def _fidelity_line(fidelity: Comparison) -> str:
+def fidelity_line(fidelity: Comparison) -> str:
     decided = sum(t.decided for t in fidelity.tiers)
     same = sum(t.same for t in fidelity.tiers)
     return (

@@ -71,6 +71,11 @@ class Workspace:
         return self.run_dir / "bus.json"
 
     @property
+    def web_url_file(self) -> Path:
+        """Where the running swarm's web view listens (written by `swarm web`)."""
+        return self.run_dir / "web.url"
+
+    @property
     def creds_dir(self) -> Path:
         return self.run_dir / "creds"
 
