@@ -2,10 +2,13 @@
 the next tier does (`swarm calibrate`; opt-in: a person adopts the file it writes, or not).
 
 Per tier, from its measurements (`TierMeasure`), a proposal (`TierProposal`) with its reasons:
-- **max_seeds**: the paired seeds at which the gain worth finding (min_improvement × the
-  baseline's level) clears the noise gate, sigmas × σ_d / √n: n = (sigmas σ_d / gain)², held
-  between 2 and MAX_SEEDS. Fewer seeds than that cannot confirm such a gain and spend runs on
-  verdicts that end inconclusive; more only spend them on gains too small to matter.
+- **max_seeds**: the paired seeds at which the gain worth finding clears the noise gate,
+  sigmas × σ_d / √n, with POWER (80%): n = ((sigmas + z) σ_d / gain)², z the normal quantile of
+  the power, held between 2 and MAX_SEEDS. The gain worth
+  finding is the smallest gain, measured at this tier, of the changes the swarm stacked (real
+  effects it found); before any, min_improvement × the baseline's level. Fewer seeds than that
+  cannot confirm such a gain and spend runs on verdicts that end inconclusive; more only spend
+  them on gains smaller than any that mattered.
 - **top_fraction** (the rank gate): under a Gaussian copula with the measured rank correlation ρ
   to the next tier, the smallest share q such that an idea in the next tier's top 20% would be
   in this tier's top q with probability at least 90%. A tier that ranks ideas unlike the next
@@ -31,6 +34,7 @@ from scipy.stats import multivariate_normal, norm
 from scale_ladder.tiers import Tier
 
 MAX_SEEDS = 8
+POWER = 0.8  # of confirming a true gain of the size worth finding, at max_seeds
 MIN_RANKED = 8  # ideas run on both tiers before a correlation is read
 NEXT_TOP = 0.2  # "the next tier's top 20%"
 KEEP = 0.9  # ... kept by this tier's rank gate with this probability
@@ -48,6 +52,7 @@ class TierMeasure:
     level: float | None  # |mean baseline metric| at the latest champion measured here
     rho: float | None = None  # Spearman correlation of gains with the next tier
     ranked: int = 0  # ideas behind rho
+    stacked: tuple[float, ...] = ()  # mean paired gains here of the ideas later stacked
 
 
 @dataclass
@@ -70,8 +75,9 @@ def propose(tiers: Sequence[Tier], measures: Sequence[TierMeasure]) -> list[Tier
 
 
 def seeds_to_confirm(sigmas: float, sigma_d: float, gain: float) -> int:
-    """Paired seeds at which a mean gain of `gain` clears sigmas × σ_d / √n."""
-    return math.ceil((sigmas * sigma_d / gain) ** 2)
+    """Paired seeds at which a true mean gain of `gain` clears sigmas × σ_d / √n in POWER of
+    swarms (a gain measured on n seeds spreads by σ_d / √n around the true one)."""
+    return math.ceil(((sigmas + float(norm.ppf(POWER))) * sigma_d / gain) ** 2)
 
 
 def _max_seeds(tier: Tier, m: TierMeasure, p: TierProposal) -> None:
@@ -82,18 +88,26 @@ def _max_seeds(tier: Tier, m: TierMeasure, p: TierProposal) -> None:
     if m.sigma_d is None or m.level is None:
         p.reasons.append(f"max_seeds kept at {rule.max_seeds}: {m.pairs} paired gains, 6 needed")
         return
-    gain = rule.min_improvement * m.level
+    floor = rule.min_improvement * m.level
+    found = [g for g in m.stacked if g >= floor > 0]
+    gain = min(found) if found else floor
     if rule.sigmas == 0 or gain <= 0:
         p.reasons.append(f"max_seeds kept at {rule.max_seeds}: no noise gate to size it by")
         return
+    what = (
+        f"the smallest gain stacked, as measured here, {gain:.3g}"
+        if found
+        else f"min_improvement × the baseline, {rule.min_improvement:g} × {m.level:.4g} = "
+        f"{gain:.3g} (nothing stacked yet)"
+    )
     needed = seeds_to_confirm(rule.sigmas, m.sigma_d, gain)
     value = min(MAX_SEEDS, max(2, needed))
     p.values["max_seeds"] = value
     p.values["seeds"] = min(rule.seeds, value)
     p.reasons.append(
         f"max_seeds {value} (was {rule.max_seeds}): σ_d {m.sigma_d:.4g} over {m.pairs} pairs; "
-        f"the gain worth finding, {rule.min_improvement:g} × {m.level:.4g} = {gain:.3g}, clears "
-        f"{rule.sigmas:g}σ_d/√n at n = {needed}"
+        f"the gain worth finding, {what}, clears {rule.sigmas:g}σ_d/√n "
+        f"{POWER:.0%} of the time at n = {needed}"
         + (f", held to {MAX_SEEDS}" if needed > MAX_SEEDS else "")
     )
 

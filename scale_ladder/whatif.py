@@ -32,6 +32,7 @@ from bus.messages import (
     Message,
     RunResult,
     RunSpec,
+    RunStatus,
     Verdict,
 )
 from recipes.identity import recipe_sha
@@ -136,7 +137,7 @@ class _Replay:
             self.ladder.observe(message)
         elif isinstance(message, RunResult):
             name = self.names.get(message.run_id)
-            if name is None:
+            if name is None or self._skipped_here(message):
                 return
             if self.waiting[name]:
                 self._answer(self.waiting[name].popleft(), message)
@@ -158,10 +159,18 @@ class _Replay:
 
     def _ask(self, spec: RunSpec) -> None:
         name = (spec.recipe_sha, spec.tier, spec.seed)
-        if self.banked[name]:
-            self._answer(spec, self.banked[name].popleft())
+        banked = self.banked[name]
+        while banked and self._skipped_here(banked[0]):
+            banked.popleft()
+        if banked:
+            self._answer(spec, banked.popleft())
         else:
             self.waiting[name].append(spec)
+
+    def _skipped_here(self, run: RunResult) -> bool:
+        """A run the record skipped because its champion had moved on is no measurement where
+        the champion has not (here, nobody made it): it answers nothing then."""
+        return run.status is RunStatus.SKIPPED and run.champion_version >= self.ladder.current
 
     def _answer(self, spec: RunSpec, run: RunResult) -> None:
         """The recorded run, as the run this ladder asked for."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from bus.messages import ChangeKind
 from scale_ladder import baselines
 from scale_ladder.calibration import TierMeasure, edit_ladder_file, propose
 from scale_ladder.ladder import Ladder
@@ -55,8 +56,16 @@ async def calibrate(config: SwarmConfig, workspace: Workspace, out: Path) -> str
     fidelity = compare(record, decide_again(messages, base), ladder.tiers)
     setting = Setting(str(out), proposed)
     again = decide_again(messages, fresh_ladder(ladder, proposed))
-    check = Answer(fidelity, [(setting, compare(record, again, proposed.tiers))])
+    checked = compare(record, again, proposed.tiers)
+    check = Answer(fidelity, [(setting, checked)])
     lines += ["", "checked against the recorded history:", render(check)]
+    lost = [i for i in checked.recorded_stacks if i not in checked.whatif_stacks]
+    if lost:
+        lines.append(
+            f"\nwarning: under this proposal {len(lost)} of the {len(checked.recorded_stacks)} "
+            f"changes the swarm stacked would not have been ({', '.join(lost)}): read the "
+            "changed verdicts above before adopting it"
+        )
     lines.append(f'\nto adopt it: set path = "{out}" under [ladder] in swarm.toml')
     return "\n".join(lines)
 
@@ -65,6 +74,11 @@ def measure(ladder: Ladder) -> list[TierMeasure]:
     """Each tier's pooled σ_d over every champion, the champion's level there, and the rank
     correlation of ideas' gains with the next tier's (ideas run on both, same champion)."""
     gains = [_gains(ladder, tier.index) for tier in ladder.tiers]
+    stacked = [
+        (c.idea_id, c.parent_version)
+        for c in ladder.champions.values()
+        if c.kind is ChangeKind.STACK
+    ]
     measures = []
     for tier in ladder.tiers:
         noise = Noise()
@@ -81,7 +95,10 @@ def measure(ladder: Ladder) -> list[TierMeasure]:
             ranked = len(both)
             if ranked >= 3:
                 rho = float(spearmanr([here[k] for k in both], [there[k] for k in both])[0])
-        measures.append(TierMeasure(tier.index, noise.sigma, noise.pairs, level, rho, ranked))
+        found = tuple(gains[tier.index][k] for k in stacked if k in gains[tier.index])
+        measures.append(
+            TierMeasure(tier.index, noise.sigma, noise.pairs, level, rho, ranked, found)
+        )
     return measures
 
 

@@ -170,8 +170,11 @@ async def serve(
 def _whatif(config: SwarmConfig, workspace: Workspace) -> Any:
     from swarm import whatif_command as w
 
+    one_at_a_time = asyncio.Lock()  # each replays the whole history: no pile of them
+
     async def answer(sweep: str) -> dict[str, Any]:
-        made = await w.whatif(config, workspace, [], sweep)
+        async with one_at_a_time:
+            made = await w.whatif(config, workspace, [], sweep)
         return {
             "fidelity": w.fidelity_line(made.fidelity),
             "settings": [

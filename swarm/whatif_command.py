@@ -11,6 +11,7 @@ prints the answer and writes it as Parquet for `swarm sql`-style queries.
 
 from __future__ import annotations
 
+import asyncio
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from swarm.workspace import Workspace
 
 # Promotion keys a sweep may set (the rest of a tier defines what its runs are).
 SWEEP_KEYS = ("min_improvement", "sigmas", "top_fraction", "cold_start", "seeds", "max_seeds")
+MAX_SETTINGS = 8  # each replays the whole history: a sweep of thousands would take hours
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,19 @@ async def whatif(
         settings += sweep_settings(ladder_path(config), config.target.kind, sweep)
     if not settings:
         raise ConfigError("swarm whatif needs --ladder FILE or --sweep KEY=V1,V2,...")
+    for setting in settings:
+        if why := runs_differ(base.tiers, setting.ladder.tiers):
+            raise ConfigError(f"{setting.label}: {why}; a what-if changes promotion settings only")
+    # Seconds of CPU per setting on a long history: off the event loop (the web view's).
+    return await asyncio.to_thread(decide_all, messages, base, settings)
+
+
+def decide_all(messages: list[Message], base: Ladder, settings: list[Setting]) -> Answer:
+    """The recorded settings replayed (the fidelity check), then each setting."""
     record = recorded(messages)
     fidelity = compare(record, decide_again(messages, fresh_ladder(base, None)), base.tiers)
     results = []
     for setting in settings:
-        if why := runs_differ(base.tiers, setting.ladder.tiers):
-            raise ConfigError(f"{setting.label}: {why}; a what-if changes promotion settings only")
         again = decide_again(messages, fresh_ladder(base, setting.ladder))
         results.append((setting, compare(record, again, setting.ladder.tiers)))
     return Answer(fidelity, results)
@@ -109,8 +118,11 @@ def sweep_settings(path: Path, target: str, sweep: str) -> list[Setting]:
     names = [t.get("name") for t in data.get("tier", []) if isinstance(t, dict)]
     if dot and tier_name not in names:
         raise ConfigError(f"--sweep {sweep!r}: no tier named {tier_name!r} (tiers: {names})")
+    texts = values.split(",")
+    if len(texts) > MAX_SETTINGS:
+        raise ConfigError(f"--sweep {key}: {len(texts)} values, at most {MAX_SETTINGS} at a time")
     settings = []
-    for text in values.split(","):
+    for text in texts:
         value = _literal(text.strip(), sweep)
         tiers = [
             {**t, name: value} if not dot or t.get("name") == tier_name else t for t in data["tier"]

@@ -11,7 +11,8 @@ import pytest
 
 from scale_ladder.tiers import load_ladder
 from swarm import config_files
-from swarm.cli import build_parser, configure
+from swarm.cli import configure
+from swarm.cli_args import build_parser
 from swarm.config import ConfigError, SwarmConfig, load_config
 from swarm.config_files import BUILT_IN, InitRefused, init_folder
 from swarm.follow_up import swarm_command, swarm_program

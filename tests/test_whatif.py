@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from bus.messages import Message, RunSpec, Verdict
+from bus.messages import Message, RunResult, RunSpec, RunStatus, Verdict
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_ladder
 from scale_ladder.whatif import OPEN, compare, decide_again, recorded, runs_differ
 from swarm.config import ConfigError
 from swarm.whatif_command import sweep_settings
-from tests.ladder_sim import SIM_LADDER, make_ladder, started
+from tests.ladder_sim import SIM_LADDER, make_ladder, ok_runner, started
 
 IDEAS = [
     ("big", "LR = 1.0->LR = 3.0"),  # far better at both tiers: stacked
@@ -143,3 +143,36 @@ def test_sweeps_set_one_key_and_name_what_is_wrong(tmp_path: Path) -> None:
     ]:
         with pytest.raises((ConfigError, ValueError), match=says):
             sweep_settings(path, "bytelm", bad)
+
+
+def test_a_run_the_record_skipped_is_no_measurement_where_the_champion_stayed(
+    tmp_path: Path,
+) -> None:
+    """A run skipped because its champion had moved on (in the record) answers nothing in a
+    what-if where that champion is still the current one: the idea waits on it, unmeasured,
+    instead of being rejected for a run that never happened."""
+    (tmp_path / "made").mkdir()
+    sim = started(make_ladder(tmp_path / "made"))
+
+    def runner(spec: RunSpec, source: str) -> RunResult:
+        if spec.champion_version < sim.ladder.current:  # what a trainer does: SKIPPED
+            return RunResult(spec.run_id, spec.tier, spec.seed, spec.champion_version,
+                             RunStatus.SKIPPED, idea_id=spec.idea_id)  # fmt: skip
+        return ok_runner(spec, source)
+
+    sim.runner = runner
+    sim.propose("big", "LR = 1.0->LR = 3.0")
+    sim.propose("late", "WD = 0.1->WD = 0.11")
+    # "big" climbs and is stacked while "late"'s first run waits: then it is skipped
+    sim.run_all(hold=lambda spec: spec.idea_id == "late")
+    assert sim.ladder.current == 2
+    sim.run_all()
+    late = [m for m in sim.log if isinstance(m, RunResult) and m.idea_id == "late"]
+    assert any(r.status is RunStatus.SKIPPED for r in late)
+    record = recorded(sim.log)
+    again = decide_again(sim.log, fresh(tmp_path, extra="sigmas = 1000.0"))  # nothing stacks
+    assert again.stacked == []
+    verdict = again.verdicts.get(("late", 0))
+    assert verdict is None or "SKIPPED" not in verdict.rule
+    assert "late" in {s.idea_id for s in again.unmeasured[0]}
+    assert record.stacked == ["big"]
