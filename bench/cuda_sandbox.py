@@ -27,7 +27,7 @@ from training.readable_paths import CUDA_READ_PATHS
 G = sandbox.GPU_EXPERIMENT
 VARIANTS: dict[str, tuple[bool, str, sandbox.SyscallRules | None]] = {
     "shipped": (True, "", G),
-    "no forks": (True, "", replace(G, forks=False)),
+    "with connect": (True, "", replace(G, connects=True)),
     "no memfd": (True, "", replace(G, memfd=False)),
     "cpu rules": (True, "", sandbox.EXPERIMENT),
     "no task writes": (True, "/proc/self/task", G),

@@ -34,6 +34,7 @@ from scipy.stats import multivariate_normal, norm
 from scale_ladder.tiers import Tier
 
 MAX_SEEDS = 8
+CALIBRATED = "# calibrated (swarm calibrate)"  # marks the lines a proposal sets
 POWER = 0.8  # of confirming a true gain of the size worth finding, at max_seeds
 MIN_RANKED = 8  # ideas run on both tiers before a correlation is read
 NEXT_TOP = 0.2  # "the next tier's top 20%"
@@ -102,8 +103,10 @@ def _max_seeds(tier: Tier, m: TierMeasure, p: TierProposal) -> None:
     )
     needed = seeds_to_confirm(rule.sigmas, m.sigma_d, gain)
     value = min(MAX_SEEDS, max(2, needed))
-    p.values["max_seeds"] = value
-    p.values["seeds"] = min(rule.seeds, value)
+    if value != rule.max_seeds:
+        p.values["max_seeds"] = value
+    if min(rule.seeds, value) != rule.seeds:
+        p.values["seeds"] = min(rule.seeds, value)
     p.reasons.append(
         f"max_seeds {value} (was {rule.max_seeds}): σ_d {m.sigma_d:.4g} over {m.pairs} pairs; "
         f"the gain worth finding, {what}, clears {rule.sigmas:g}σ_d/√n "
@@ -132,14 +135,16 @@ def _top_fraction(tier: Tier, m: TierMeasure, p: TierProposal) -> None:
     rho = max(-0.99, min(0.99, m.rho))
     share = next((q for q in SHARES if keep_probability(rho, q) >= KEEP), None)
     if share is None:
-        p.values["top_fraction"] = 0.0
+        if now != 0:
+            p.values["top_fraction"] = 0.0
         p.reasons.append(
             f"top_fraction 0 (was {now:g}): ρ {m.rho:.2f} over {m.ranked} ideas; no share up "
             f"to {SHARES[-1]:g} keeps {KEEP:.0%} of the next tier's top {NEXT_TOP:.0%}: this "
             "tier ranks too unlike the next for a rank gate"
         )
         return
-    p.values["top_fraction"] = share
+    if share != now:
+        p.values["top_fraction"] = share
     p.reasons.append(
         f"top_fraction {share:g} (was {now:g}): ρ {m.rho:.2f} over {m.ranked} ideas; the "
         f"smallest share that keeps {KEEP:.0%} of the next tier's top {NEXT_TOP:.0%} "
@@ -171,7 +176,7 @@ def edit_ladder_file(text: str, proposals: Sequence[TierProposal]) -> str:
         block = lines[start + 1 : end]
         for key, value in proposal.values.items():
             text_value = f"{value:g}" if isinstance(value, float) else str(value)
-            new = f"{key} = {text_value}  # calibrated (swarm calibrate)\n"
+            new = f"{key} = {text_value}  {CALIBRATED}\n"
             found = _key_line(block, key)
             if found is None:
                 block.insert(0, new)

@@ -187,6 +187,8 @@ def read_ladder_file(path: Path) -> dict[str, Any]:
         raise LadderConfigError(f"ladder config not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise LadderConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
+        raise LadderConfigError(f"ladder config {path}: cannot be read: {exc}") from None
 
 
 def _tier(index: int, raw: Any, path: str, target: str) -> Tier:

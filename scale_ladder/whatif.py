@@ -292,14 +292,35 @@ def _why_open(idea_id: str, tier: int, again: History) -> str:
 
 def runs_differ(recorded: Sequence[Tier], other: Sequence[Tier]) -> str | None:
     """Why `other`'s runs are not the recorded ones (a what-if changes promotion settings, not
-    what a run is), or None: the tiers must match in number, dials, budget and evaluation."""
+    what a run is), or None: the tiers must match in number, dials, budget, evaluation and
+    time limit (a run that timed out under one limit might not under another)."""
     if len(recorded) != len(other):
         return f"the ladder has {len(other)} tiers, the record {len(recorded)}"
     for a, b in zip(recorded, other, strict=True):
-        for what in ("dials", "budget_kind", "budget", "eval_tokens"):
+        for what in ("dials", "budget_kind", "budget", "eval_tokens", "time_limit_s"):
             if getattr(a, what) != getattr(b, what):
                 return (
                     f"tier {a.index} ({a.name}) has another {what} ({getattr(b, what)!r}, "
                     f"recorded {getattr(a, what)!r}): its runs would be other experiments"
+                )
+    return None
+
+
+def specs_differ(tiers: Sequence[Tier], messages: Sequence[Message]) -> str | None:
+    """Why the recorded RunSpecs are not runs of `tiers` (the ladder file was edited since the
+    swarm ran, say), or None."""
+    for spec in (m for m in messages if isinstance(m, RunSpec)):
+        if spec.tier >= len(tiers):
+            return f"the record has runs at tier {spec.tier}; the ladder has {len(tiers)} tiers"
+        tier = tiers[spec.tier]
+        for what, recorded, now in (
+            ("budget", spec.budget, tier.budget),
+            ("budget_kind", spec.budget_kind, tier.budget_kind),
+            ("dials", dict(spec.dials), dict(tier.dials)),
+        ):
+            if recorded != now:
+                return (
+                    f"tier {tier.index} ({tier.name}) has {what} {now!r}; the swarm's runs "
+                    f"there had {recorded!r}"
                 )
     return None

@@ -25,7 +25,7 @@ from scale_ladder.noise_pool import noise_at
 from scale_ladder.rules import Evidence, Noise, paired_gains
 from scale_ladder.tiers import ladder_from
 from scale_ladder.whatif import compare, decide_again, recorded
-from swarm.config import ConfigError, SwarmConfig
+from swarm.config import SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
 from swarm.ladder_process import make_ladder
@@ -35,8 +35,6 @@ from swarm.workspace import Workspace
 
 async def calibrate(config: SwarmConfig, workspace: Workspace, out: Path) -> str:
     source = ladder_path(config)
-    if out.resolve() == source.resolve():
-        raise ConfigError(f"--out {out} is the ladder file in use: write the proposal elsewhere")
     messages = await read_history(workspace, config)
     if not messages:
         raise SwarmError(f"the ledger in {workspace.root} holds no history yet")

@@ -227,7 +227,7 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
 
         remote = bus_settings(config) if config.bus.url else None
         ran = config if remote else _as_it_ran(args, config, workspace)
-        await serve(ran, workspace, remote, config.web.host, config.web.port)
+        await serve(ran, workspace, remote, config.web.host, config.web.port, args.of_start)
     elif args.command in ("whatif", "calibrate"):
         await _whatif(args, config, workspace)
     elif args.command == "run":
@@ -327,7 +327,10 @@ def _as_it_ran(args: argparse.Namespace, config: SwarmConfig, workspace: Workspa
     history was made under (target, ladder, recipe), whatever this folder's swarm.toml says."""
     recorded = workspace.run_dir / "swarm.toml"
     if args.config is None and recorded.exists():
-        return config_files.recorded_config(recorded)
+        config = config_files.recorded_config(recorded)
+        ladder = workspace.run_dir / "ladder.toml"  # its ladder as it ran (a copy made at start)
+        if ladder.exists():
+            config = with_overrides(config, "ladder", path=str(ladder))
     return config
 
 
@@ -338,8 +341,11 @@ async def _whatif(args: argparse.Namespace, config: SwarmConfig, workspace: Work
     if args.command == "calibrate":
         from swarm.calibrate_command import calibrate
 
+        w.check_out(args.out, ".toml", workspace, config)
         print(await calibrate(config, workspace, args.out))
         return
+    if args.out is not None:
+        w.check_out(args.out, ".parquet", workspace, config)
     answer = await w.whatif(config, workspace, args.ladder, args.sweep)
     print(w.render(answer))
     if args.out is not None:

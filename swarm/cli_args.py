@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     web.add_argument("--host", help="address to listen on (web.host, loopback by default)")
     web.add_argument("--port", dest="web_port", type=int, help="port (web.port)")
+    # `swarm start`'s own web view: says where it listens in the workspace (run/web.url)
+    web.add_argument("--of-start", action="store_true", help=argparse.SUPPRESS)
     _add_bus_flags(web)
 
     whatif = commands.add_parser(

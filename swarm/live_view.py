@@ -10,6 +10,7 @@ it may edit, its budget is spent) gets a line of its own, once per distinct note
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -45,7 +46,9 @@ SELECT 'runs' AS what, status AS name, count(*) AS n FROM runs GROUP BY status
 UNION ALL SELECT 'decisions', {SHOWN_VERDICT_SQL}, count(*) FROM decisions GROUP BY ALL
 UNION ALL SELECT 'tiers', CAST(tier AS VARCHAR), count(*) FROM run_specs GROUP BY tier
 UNION ALL SELECT 'llm', 'calls', count(*) FROM llm_calls
-UNION ALL SELECT 'llm', 'micro_usd', CAST(round(coalesce(sum(cost_usd), 0) * 1e6) AS BIGINT)
+-- a cost no BIGINT of micro-dollars holds (a researcher may record any number) reads as -1
+UNION ALL SELECT 'llm', 'micro_usd',
+    coalesce(TRY_CAST(round(coalesce(sum(cost_usd), 0) * 1e6) AS BIGINT), -1)
 FROM llm_calls"""
 
 # An idea is in play until its latest verdict is final for its author, or it was stacked.
@@ -264,7 +267,7 @@ async def gather_snapshot(
         runs_by_status={r["name"]: r["n"] for r in totals if r["what"] == "runs"},
         decisions_by_verdict={r["name"]: r["n"] for r in totals if r["what"] == "decisions"},
         llm_calls=llm.get("calls", 0),
-        llm_usd=llm.get("micro_usd", 0) / 1e6,
+        llm_usd=usd_of(llm.get("micro_usd", 0)),
     )
 
 
@@ -311,6 +314,11 @@ def _problem(exc: BaseException, starting: bool = False) -> str:
     if isinstance(exc, NatsError | TimeoutError):
         return f"bus: {exc or type(exc).__name__}"
     raise exc
+
+
+def usd_of(micro_usd: int) -> float:
+    """Dollars from TOTALS_SQL's micro-dollars; infinity where the sum overflowed (-1)."""
+    return micro_usd / 1e6 if micro_usd >= 0 else math.inf
 
 
 def brain_and_persona(name: str) -> tuple[str, str]:

@@ -34,6 +34,7 @@ from bus.subjects import ensure_streams
 from recipes.store import recipe_bucket
 from swarm.champion_health import broken_champion
 from swarm.config import ConfigError, SwarmConfig, dump_config, listen_address, with_overrides
+from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
@@ -117,6 +118,9 @@ async def start_swarm(
                 config if config.bus.url else with_overrides(config, "bus", token="", password="")
             )
             write_private(effective, dump_config(quiet))
+            # The ladder as it ran: what `swarm whatif`, `calibrate` and `audit` replay, even if
+            # the file is edited later (cli._as_it_ran).
+            write_private(workspace.run_dir / "ladder.toml", ladder_path(config).read_text())
             # Only the agents need the LLM keys: no other process ever sees them.
             keys = (config.llm.anthropic_api_key_env, config.llm.openai_api_key_env)
             for name in ("ledger", "ladder"):
@@ -268,7 +272,7 @@ def _web_child(
     workspace.web_url_file.unlink(missing_ok=True)  # the child writes where it listens
     return ManagedProcess(
         "web",
-        _swarm_argv(workspace, effective, "web"),
+        _swarm_argv(workspace, effective, "web", "--of-start"),
         workspace.logs_dir / "web.log",
         config.ledger.restart_delay_s,
         withhold=keys,

@@ -107,9 +107,12 @@ async def serve(
     remote: BusSettings | None,
     host: str,
     port: int,
+    of_start: bool = False,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve until `stop` is set (or a signal). `remote`: a swarm elsewhere, over its bus."""
+    """Serve until `stop` is set (or a signal). `remote`: a swarm elsewhere, over its bus.
+    `of_start`: `swarm start`'s own, which says where it listens (run/web.url), and listens
+    there again when restarted."""
     source: Any
     if remote is not None:
         try:
@@ -138,6 +141,7 @@ async def serve(
         refresh_s=config.web.refresh_s,
         credentials=credentials,
         whatif=whatif,
+        hosts=frozenset({"127.0.0.1", "localhost", "::1", host}),
     )
     server = uvicorn.Server(
         uvicorn.Config(
@@ -149,22 +153,33 @@ async def serve(
     )
     stop = stop or asyncio.Event()
     stop_on_signals(stop, lambda _: None)
+    if of_start and (earlier := _earlier_port(workspace)):
+        port = earlier  # restarted: where the page people have open is asking
     sock = listening_socket(host, port)  # taken (another swarm's, say): another free one
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     print(f"swarm: web view {url}", flush=True)
-    if remote is None and workspace.run_dir.is_dir():
+    if of_start:
         write_private(workspace.web_url_file, url + "\n")
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     await asyncio.wait([task, asyncio.ensure_future(stop.wait())], return_when="FIRST_COMPLETED")
     server.should_exit = True
     await task
-    if remote is None:
+    if of_start:
         workspace.web_url_file.unlink(missing_ok=True)
     if isinstance(source, LocalSource):
         await source.close()
     elif isinstance(source, BusSource):
         await source.nc.close()
+
+
+def _earlier_port(workspace: Workspace) -> int:
+    """The port a web view of this swarm served before it was restarted (0: none)."""
+    try:
+        port = workspace.web_url_file.read_text().strip().rstrip("/").rpartition(":")[2]
+    except OSError:
+        return 0
+    return int(port) if port.isdigit() else 0
 
 
 def _whatif(config: SwarmConfig, workspace: Workspace) -> Any:

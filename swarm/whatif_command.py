@@ -26,9 +26,17 @@ from ledger.duckdb_store import LedgerLocked, open_database
 from ledger.readback import KIND_ORDER, read_messages
 from ledger.remote_events import ledger_events
 from ledger.sql_protocol import LedgerUnavailable
+from scale_ladder.calibration import CALIBRATED
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import LadderConfig, ladder_from, load_ladder, read_ladder_file
-from scale_ladder.whatif import Comparison, compare, decide_again, recorded, runs_differ
+from scale_ladder.whatif import (
+    Comparison,
+    compare,
+    decide_again,
+    recorded,
+    runs_differ,
+    specs_differ,
+)
 from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
@@ -64,6 +72,11 @@ async def whatif(
     if not messages:
         raise SwarmError(f"the ledger in {workspace.root} holds no history yet")
     base = make_ladder(config, workspace.seed_secret())
+    if why := specs_differ(base.tiers, messages):
+        raise ConfigError(
+            f"{ladder_path(config)}: {why}: it is not the ladder the swarm ran with, so its "
+            "settings cannot be replayed as the record's"
+        )
     settings = [Setting(f"{path}", load_ladder(path, config.target.kind)) for path in files]
     if sweep:
         settings += sweep_settings(ladder_path(config), config.target.kind, sweep)
@@ -130,6 +143,25 @@ def sweep_settings(path: Path, target: str, sweep: str) -> list[Setting]:
         label = f"{path.name} with {key.strip()}={text.strip()}"
         settings.append(Setting(label, ladder_from({**data, "tier": tiers}, label, target)))
     return settings
+
+
+def check_out(out: Path, suffix: str, workspace: Workspace, config: SwarmConfig) -> None:
+    """Before any work: `out` may be written, and is none of the files the swarm keeps."""
+    where = out.resolve()
+    if where.suffix != suffix:
+        raise ConfigError(f"--out {out}: expected a {suffix} file")
+    if not where.parent.is_dir():
+        raise ConfigError(f"--out {out}: no folder {where.parent}")
+    if where.is_dir():
+        raise ConfigError(f"--out {out} is a folder")
+    if where.is_relative_to(workspace.root.resolve()):
+        raise ConfigError(f"--out {out} is inside the workspace {workspace.root}: not there")
+    kept = (ladder_path(config), Path(config.agents.program), workspace.run_dir / "swarm.toml")
+    for path in kept:
+        if where.exists() and path.exists() and where.samefile(path):
+            raise ConfigError(f"--out {out} is {path}, which the swarm reads: not there")
+    if suffix == ".toml" and where.exists() and CALIBRATED not in where.read_text(errors="replace"):
+        raise ConfigError(f"--out {out} exists and is no proposal of swarm calibrate: not there")
 
 
 def _literal(text: str, sweep: str) -> Any:

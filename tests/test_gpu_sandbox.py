@@ -8,6 +8,7 @@ process, no program run, no network socket, no new namespace."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,10 @@ def fork():
         os._exit(0)
     os.waitpid(pid, 0)
 attempt("unix socket", lambda: socket.socket(socket.AF_UNIX).close())
+def reach():
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(OUTSIDE)
+attempt("unix connect", reach)
 attempt("udp socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close())
 attempt("memfd", memfd)
 attempt("fork", fork)
@@ -50,17 +55,29 @@ attempt("unshare", unshare)
 """
 
 
-def _confined(rules: str) -> dict[str, str]:
-    code = f"from training import sandbox\nsandbox.restrict_syscalls(sandbox.{rules})\n{ATTEMPTS}"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+def _confined(rules: str, tmp_path: Path) -> dict[str, str]:
+    """What a process confined by `rules` may do, against a Unix socket listening outside it
+    (where a container runtime's or an agent's would be)."""
+    path = tmp_path / "outside.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+        code = (
+            f"from training import sandbox\nsandbox.restrict_syscalls(sandbox.{rules})\n"
+            f"OUTSIDE = {str(path)!r}\n{ATTEMPTS}"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
     return dict(line.rsplit(" ", 1) for line in out.splitlines())
 
 
-def test_cuda_experiments_may_make_unix_sockets_and_memfds_and_nothing_more() -> None:
-    assert _confined("GPU_EXPERIMENT") == {
+def test_cuda_experiments_may_make_unix_sockets_and_memfds_and_nothing_more(
+    tmp_path: Path,
+) -> None:
+    assert _confined("GPU_EXPERIMENT", tmp_path) == {
         "unix socket": "allowed",  # without it the driver's start fails (error 304)
+        "unix connect": "denied",  # ... but it needs none connected (checked on an H200)
         "udp socket": "denied",
         "memfd": "allowed",
         "fork": "denied",
@@ -69,14 +86,15 @@ def test_cuda_experiments_may_make_unix_sockets_and_memfds_and_nothing_more() ->
     }
 
 
-def test_cpu_experiments_keep_every_denial() -> None:
-    assert set(_confined("EXPERIMENT").values()) == {"denied"}
+def test_cpu_experiments_keep_every_denial(tmp_path: Path) -> None:
+    assert set(_confined("EXPERIMENT", tmp_path).values()) == {"denied"}
 
 
 def test_cuda_grants_name_the_device_files_and_the_own_threads_only() -> None:
     assert sandbox.device_paths("cpu") == ([], [])
     read, write = sandbox.device_paths("cuda")
     assert [str(p) for p in read] == list(CUDA_READ_PATHS)
+    assert not any(str(p) == "/dev" or str(p).startswith("/dev/") for p in read)  # the disks
     assert Path("/proc/self/task") in write
     assert all(str(p).startswith("/dev/nvidia") for p in write if p != Path("/proc/self/task"))
 
@@ -131,8 +149,20 @@ def test_libraries_on_ld_library_path_are_readable_and_the_path_is_passed_on(
     libs.mkdir(parents=True)
     (libs / "libcuda.so.1").write_bytes(b"\x7fELF")
     (libs / "notes.txt").write_text("not a library")
-    monkeypatch.setenv("LD_LIBRARY_PATH", f"{libs}:/nonexistent")
+    # a red team's tricks: a link named like a library to a source file, a name with .so in it
+    corpus_copy = tmp_path / "turtle.py"
+    corpus_copy.write_text("# a copy of a corpus module\n")
+    (libs / "libturtle.so").symlink_to(corpus_copy)
+    (libs / "mailbox.so.py").write_text("# another\n")
+    (tmp_path / "rel").mkdir()
+    (tmp_path / "rel" / "librel.so").write_bytes(b"\x7fELF")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{libs}:/nonexistent:rel")
     granted = python_read_paths()
     assert libs.resolve() / "libcuda.so.1" in granted
-    assert not any(p.name == "notes.txt" or p == libs.resolve() for p in granted)
-    assert sandbox.scrubbed_env(None, {}, cpu=False)["LD_LIBRARY_PATH"] == f"{libs}:/nonexistent"
+    names = {p.name for p in granted}
+    assert not {"notes.txt", "libturtle.so", "turtle.py", "mailbox.so.py", "librel.so"} & names
+    assert libs.resolve() not in granted
+    assert (
+        sandbox.scrubbed_env(None, {}, cpu=False)["LD_LIBRARY_PATH"] == f"{libs}:/nonexistent:rel"
+    )

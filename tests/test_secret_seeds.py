@@ -230,7 +230,10 @@ async def test_a_ladder_keeps_its_workspaces_seeds_across_restarts_and_its_secre
     assert any(p.name.startswith("ledger.duckdb") for p in files)
     assert any("jetstream" in p.parts for p in files)
     for path in files:  # the ledger, the event and job streams, the champion store, run state
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # a snapshot's temporary file, renamed meanwhile: read as such
+            continue
         assert text.encode() not in data and secret not in data, path
 
 

@@ -142,8 +142,10 @@ def _promoted(swarm: RunningSwarm) -> list[str]:
     return out[1:]
 
 
-def _get(url: str, auth: tuple[str, str] | None = None) -> int:
+def _get(url: str, auth: tuple[str, str] | None = None, host: str = "") -> int:
     request = urllib.request.Request(url)
+    if host:
+        request.add_header("Host", host)
     if auth:
         token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
@@ -203,6 +205,11 @@ def test_a_stopped_workspace_is_served_from_its_ledger(tmp_path: Path) -> None:
         with urllib.request.urlopen(url + "api/overview", timeout=10) as response:
             body = response.read().decode()
         assert '"running":false' in body and '"runs":30' in body
+        # DNS rebinding: a site that points its own name at 127.0.0.1 sends that name; without
+        # credentials to ask for, only loopback names are served
+        port = url.rsplit(":", 1)[1].strip("/")
+        assert _get(url + "api/overview", host=f"attacker.example:{port}") == 421
+        assert _get(url + "api/overview", host=f"localhost:{port}") == 200
     finally:
         web.terminate()
         web.communicate(timeout=10)  # closes its pipe too

@@ -11,7 +11,14 @@ import pytest
 from bus.messages import Message, RunResult, RunSpec, RunStatus, Verdict
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_ladder
-from scale_ladder.whatif import OPEN, compare, decide_again, recorded, runs_differ
+from scale_ladder.whatif import (
+    OPEN,
+    compare,
+    decide_again,
+    recorded,
+    runs_differ,
+    specs_differ,
+)
 from swarm.config import ConfigError
 from swarm.whatif_command import sweep_settings
 from tests.ladder_sim import SIM_LADDER, make_ladder, ok_runner, started
@@ -140,6 +147,7 @@ def test_sweeps_set_one_key_and_name_what_is_wrong(tmp_path: Path) -> None:
         ("sigmas=two", "'two' is not a number"),
         ("huge.sigmas=1", "no tier named 'huge'"),
         ("large.sigmas=0", "must be at least 1"),  # checked as a ladder file is
+        ("sigmas=" + ",".join(["2"] * 9), "at most 8"),  # each replays the whole history
     ]:
         with pytest.raises((ConfigError, ValueError), match=says):
             sweep_settings(path, "bytelm", bad)
@@ -176,3 +184,15 @@ def test_a_run_the_record_skipped_is_no_measurement_where_the_champion_stayed(
     assert verdict is None or "SKIPPED" not in verdict.rule
     assert "late" in {s.idea_id for s in again.unmeasured[0]}
     assert record.stacked == ["big"]
+
+
+def test_a_ladder_file_edited_since_the_swarm_ran_is_not_taken_for_its_settings(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "made").mkdir()
+    log, ladder = history(tmp_path)
+    assert specs_differ(ladder.tiers, log) is None
+    path = tmp_path / "edited.toml"
+    path.write_text(SIM_LADDER.format(extra="").replace("budget = 1000", "budget = 500"))
+    why = specs_differ(load_ladder(path).tiers, log)
+    assert why is not None and "tier 0 (small) has budget 500" in why and "1000" in why

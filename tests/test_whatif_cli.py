@@ -74,3 +74,23 @@ def test_calibrate_writes_a_ladder_file_that_loads_and_checks_it(
     assert "# calibrated (swarm calibrate)" in out.read_text()
     assert "# The scale ladder" in out.read_text()  # the file's own comments are kept
     _same(done.stdout)
+
+
+def test_outputs_never_overwrite_what_the_swarm_keeps(workspace: Path, tmp_path: Path) -> None:
+    ladder = workspace / "run" / "ladder.toml"  # the ladder as it ran, copied at start
+    assert ladder.read_text() == DEFAULT_LADDER.read_text()
+    mine = tmp_path / "mine.toml"
+    mine.write_text("[ladder]\n")
+    for args, says in [
+        (("whatif", "--sweep", "sigmas=2", "--out", str(workspace / "w.parquet")), "inside"),
+        (
+            ("whatif", "--sweep", "sigmas=2", "--out", str(tmp_path / "no" / "w.parquet")),
+            "no folder",
+        ),
+        (("whatif", "--sweep", "sigmas=2", "--out", str(tmp_path / "w.csv")), ".parquet file"),
+        (("calibrate", "--out", str(mine)), "no proposal of swarm calibrate"),
+        (("calibrate", "--out", str(workspace / "ledger.toml")), "inside"),
+    ]:
+        done = run_swarm(workspace, *args)
+        assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+    assert mine.read_text() == "[ladder]\n"

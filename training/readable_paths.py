@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import site
 import sys
 import sysconfig
@@ -47,11 +48,11 @@ SYSTEM_PATHS = (
     "/dev/urandom",
 )
 SITE_FOLDERS = {"site-packages", "dist-packages"}  # granted as site folders or not at all
-# What CUDA reads besides its libraries: the device files (which it also writes, see
-# `device_paths`), the driver's parameters and the GPUs' PCI topology. None holds Python sources,
-# credentials or a corpus.
+SHARED = re.compile(r"\.so(\.[0-9]+)*$")  # a shared library's name: libx.so, libx.so.1.2
+# What CUDA reads besides its libraries and its device files (granted one by one, read-write, in
+# `device_paths`; never all of /dev, which holds the disks): the driver's parameters and the
+# GPUs' PCI topology. None holds Python sources, credentials or a corpus.
 CUDA_READ_PATHS = (
-    "/dev",
     "/proc/driver/nvidia",
     "/proc/driver/nvidia-uvm",
     "/sys/bus/pci",
@@ -113,17 +114,23 @@ def shared_libraries(folders: Iterable[Path], cache: Path, maps: Path) -> list[P
     its cache lists, those in its default folders. Granting a symlink grants its target."""
     found = [*_mapped_files(maps), *_cached_libraries(cache)]
     for folder in folders:
-        found += [e.path for e in _entries(folder) if ".so" in e.name and not e.is_dir()]
+        found += [e.path for e in _entries(folder) if SHARED.search(e.name) and not e.is_dir()]
     # One name per file where folders are links (/lib -> usr/lib): each name is a Landlock rule.
     # (Strings, not Paths: this runs before every experiment and pathlib is most of its time.)
     real: dict[str, str] = {}
     libraries = set()
     for path in found:
         parent, name = os.path.split(path)
-        if ".so" in name:
-            if parent not in real:
-                real[parent] = os.path.realpath(parent)
-            libraries.add(os.path.join(real[parent], name))
+        if not SHARED.search(name):
+            continue
+        if parent not in real:
+            real[parent] = os.path.realpath(parent)
+        library = os.path.join(real[parent], name)
+        # A link named like a library grants what it points to: only if that is one too (a
+        # red team linked `libturtle.so` to a corpus module in a folder on LD_LIBRARY_PATH).
+        if os.path.islink(library) and not SHARED.search(os.path.realpath(library)):
+            continue
+        libraries.add(library)
     return [Path(p) for p in sorted(libraries)]
 
 
@@ -133,7 +140,8 @@ def _loader_folders() -> list[Path]:
     multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
     folders = [Path(f) for f in LOADER_FOLDERS] + [Path(f) / multiarch for f in LOADER_FOLDERS]
     folders += [Path(sys.base_prefix) / "lib", Path(sys.prefix) / "lib"]
-    folders += [Path(f) for f in os.environ.get("LD_LIBRARY_PATH", "").split(":") if f]
+    # absolute entries only: a relative one names a folder under whatever the trainer's is
+    folders += [Path(f) for f in os.environ.get("LD_LIBRARY_PATH", "").split(":") if f[:1] == "/"]
     return list(dict.fromkeys(f.resolve() for f in folders))
 
 

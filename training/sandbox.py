@@ -8,8 +8,9 @@ Applied in the experiment's own process, before any recipe code is imported:
   or /usr/local/lib (readable_paths.py). It may write only its scratch directory; TCP
   bind/connect are denied (no bus, no network); it cannot signal processes outside itself.
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
-  socket at all (Landlock only covers TCP), no memfd on the CPU (memory outside the address-space
-  limit; CUDA's driver needs one, and has no such limit),
+  socket() at all (Landlock only covers TCP; a socketpair, connected to nothing but itself, is
+  allowed), no memfd on the CPU (memory outside the address-space limit); on CUDA a Unix
+  socket and a memfd, which its driver makes at start, but never connect(),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
   process, no SysV IPC, keyring or memfd_secret (state that outlives the run), no probing or
   evicting the page cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise
@@ -224,6 +225,7 @@ class _Abi:
     # Denied in every mode.
     shared_state: tuple[int, ...] = ()
     prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
+    connect: int = -1
     # What reads or steers the page cache: mincore, cachestat, fadvise64, readahead, preadv2 and
     # pwritev2 (RWF_NOWAIT tells a cached page), and madvise's COLD and PAGEOUT. A red team made
     # the cache of readable files a memory shared by evaluation processes and later runs (a
@@ -246,6 +248,7 @@ _ABIS = {
         True,
         namespaces=(272, 308),
         prlimit=302,
+        connect=42,
         shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
         page_cache=(27, 451, 221, 187, 327, 328),
         madvise=28,
@@ -262,6 +265,7 @@ _ABIS = {
         False,
         namespaces=(97, 268),
         prlimit=261,
+        connect=203,
         shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
         page_cache=(232, 451, 223, 213, 286, 287),
         madvise=233,
@@ -284,16 +288,19 @@ class SyscallRules:
     execs: bool = False  # execve, execveat: running programs
     memfd: bool = False  # memfd_create: memory outside the address-space limit
     unix_sockets: bool = False  # socket(AF_UNIX); any other socket is denied in every mode
+    # connect(): with Unix sockets allowed, a pathname socket anywhere the user can reach
+    # (a container runtime's, an agent's) would be reachable: Landlock has no rule for it
+    connects: bool = True
     page_cache: bool = False  # probing or evicting the page cache (see _Abi.page_cache)
 
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
 EXPERIMENT = SyscallRules()
-# On CUDA: the driver makes a memfd and a child process at start and fails (error 304) without
-# them (seen on an H100; bench/cuda_sandbox.py tells which group a machine's driver needs).
-# exec stays denied, so neither can run a program; CUDA experiments have no address-space limit
-# for a memfd to escape.
-GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True)
+# On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
+# H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
+# machine's driver needs). It may not connect one: nothing outside is reachable through it.
+# CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
+GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False)
 # A command target runs a shell and its toolchain (which keeps Unix sockets).
 COMMAND = SyscallRules(forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True)
 
@@ -320,6 +327,7 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [*abi.execs] if not rules.execs else []
     denied += [abi.memfd] if not rules.memfd else []
     denied += [*abi.page_cache] if not rules.page_cache else []
+    denied += [abi.connect] if not rules.connects else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc

@@ -14,6 +14,8 @@ import asyncio
 import base64
 import binascii
 import hmac
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from swarm.report_plot import render_progress
 from swarm.web import pages
 from swarm.web.source import Source, rows
 
+log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -57,18 +60,23 @@ class WebOptions:
     refresh_s: float = 2.0
     credentials: tuple[str, str] | None = None  # (user, password); None: loopback, no login
     whatif: WhatIf | None = None
+    # The Host headers served without credentials: a page elsewhere that points its own name at
+    # 127.0.0.1 (DNS rebinding) sends its own name, and is refused.
+    hosts: frozenset[str] = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def make_app(source: Source, options: WebOptions) -> Starlette:
     chart = _Chart(source, options.lower_is_better)
+    # Every open page asks every refresh_s: one answer shared for half that long, however many
+    # ask (a flood of requests would otherwise take the ledger's SQL from everyone else).
+    shared = _Shared(options.refresh_s / 2)
 
     async def overview(request: Request) -> Response:
         try:
-            page = await pages.overview(source, options.lower_is_better)
+            page = await shared.get(lambda: pages.overview(source, options.lower_is_better))
         except (LedgerUnavailable, SqlError, TimeoutError) as exc:
             return JSONResponse({"error": f"ledger: {exc}"}, status_code=503)
-        page.update(title=options.title, refresh_s=options.refresh_s)
-        return JSONResponse(page)
+        return JSONResponse({**page, "title": options.title, "refresh_s": options.refresh_s})
 
     async def idea(request: Request) -> Response:
         try:
@@ -88,7 +96,8 @@ def make_app(source: Source, options: WebOptions) -> Starlette:
         sweep = request.query_params.get("sweep", "sigmas=1,2,3")
         try:
             return JSONResponse(await options.whatif(sweep))
-        except (ValueError, LedgerUnavailable, SqlError) as exc:  # ConfigError is a ValueError
+        # ConfigError is a ValueError; SwarmError (no history yet) a RuntimeError
+        except (ValueError, RuntimeError, LedgerUnavailable, SqlError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
     async def progress(request: Request) -> Response:
@@ -107,25 +116,58 @@ def make_app(source: Source, options: WebOptions) -> Starlette:
         Route("/chart/progress.svg", progress),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = [Middleware(_Guard, credentials=options.credentials)]
+    middleware = [Middleware(_Guard, credentials=options.credentials, hosts=options.hosts)]
     return Starlette(routes=routes, middleware=middleware)
 
 
 class _Guard(BaseHTTPMiddleware):
-    """The security headers on every response; HTTP Basic where credentials are set."""
+    """The security headers on every response, errors included; HTTP Basic where credentials
+    are set, else only requests naming a loopback host."""
 
-    def __init__(self, app: Any, credentials: tuple[str, str] | None) -> None:
+    def __init__(
+        self, app: Any, credentials: tuple[str, str] | None, hosts: frozenset[str]
+    ) -> None:
         super().__init__(app)
-        self.credentials = credentials
+        self.credentials, self.hosts = credentials, hosts
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         if self.credentials is not None and not _authorized(request, self.credentials):
             response = Response("credentials needed", status_code=401, media_type="text/plain")
             response.headers["WWW-Authenticate"] = REALM
+        elif self.credentials is None and _host(request) not in self.hosts:
+            response = Response("not this host", status_code=421, media_type="text/plain")
         else:
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception:  # a bug of ours: logged, and answered with the headers still on
+                log.exception("web view: %s", request.url.path)
+                response = Response("internal error", status_code=500, media_type="text/plain")
         response.headers.update(SECURITY_HEADERS)
         return response
+
+
+def _host(request: Request) -> str:
+    """The Host header's name, without its port ("[::1]:8765" -> "::1")."""
+    host = request.headers.get("host", "")
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+class _Shared:
+    """One answer for `ttl_s`, made once however many ask for it meanwhile."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.made: tuple[float, dict[str, Any]] | None = None
+        self.lock = asyncio.Lock()
+
+    async def get(self, make: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        async with self.lock:
+            now = time.monotonic()
+            if self.made is None or now - self.made[0] > self.ttl_s:
+                self.made = (now, await make())
+            return self.made[1]
 
 
 def _authorized(request: Request, credentials: tuple[str, str]) -> bool:

@@ -19,6 +19,7 @@ from swarm.live_view import (
     TOTALS_SQL,
     brain_and_persona,
     experiments_from,
+    usd_of,
 )
 from swarm.web.source import Source, rows
 
@@ -126,7 +127,7 @@ async def overview(source: Source, lower_is_better: bool) -> dict[str, Any]:
             "decisions_by_verdict": by["decisions"],
             "runs": sum(by["runs"].values()),
             "llm_calls": by["llm"].get("calls", 0),
-            "llm_usd": by["llm"].get("micro_usd", 0) / 1e6,
+            "llm_usd": usd_of(by["llm"].get("micro_usd", 0)),
             "queues": [
                 {"tier": t, "queued": held.get(t, (0, 0))[0], "running": running[t]} for t in tiers
             ],

@@ -15,7 +15,10 @@ function drawOverview(page) {
   const verdicts = Object.entries(page.decisions_by_verdict).map(([k, v]) => k + " " + v).join(", ");
   let summary = "runs " + page.runs + (statuses ? " (" + statuses + ")" : "");
   summary += " · decisions " + (verdicts || "none");
-  if (page.llm_calls) summary += " · LLM $" + num(page.llm_usd, 4) + " in " + page.llm_calls + " calls";
+  if (page.llm_calls) {
+    const usd = page.llm_usd === null ? "(past what a sum holds)" : num(page.llm_usd, 4);
+    summary += " · LLM $" + usd + " in " + page.llm_calls + " calls";
+  }
   byId("summary").textContent = summary;
   if (page.runs !== shownRuns) {
     shownRuns = page.runs;
