@@ -48,7 +48,7 @@ SHARES = tuple(round(0.05 * k, 2) for k in range(2, 16))
 @dataclass(frozen=True)
 class TierMeasure:
     tier: int
-    sigma_d: float | None  # pooled σ of one paired difference over every champion
+    sigma_d: float | None  # σ of one paired difference: the largest any champion pooled here
     pairs: int  # paired gains behind it
     level: float | None  # |mean baseline metric| at the latest champion measured here
     rho: float | None = None  # Spearman correlation of gains with the next tier
@@ -107,11 +107,18 @@ def _max_seeds(tier: Tier, m: TierMeasure, p: TierProposal) -> None:
         p.values["max_seeds"] = value
     if min(rule.seeds, value) != rule.seeds:
         p.values["seeds"] = min(rule.seeds, value)
+    held = (
+        f", held to {MAX_SEEDS}"
+        if needed > MAX_SEEDS
+        else ", held to 2 (one pair gives no spread)"
+        if needed < 2
+        else ""
+    )
+    said = f"{value} (was {rule.max_seeds})" if value != rule.max_seeds else f"kept at {value}"
     p.reasons.append(
-        f"max_seeds {value} (was {rule.max_seeds}): σ_d {m.sigma_d:.4g} over {m.pairs} pairs; "
-        f"the gain worth finding, {what}, clears {rule.sigmas:g}σ_d/√n "
-        f"{POWER:.0%} of the time at n = {needed}"
-        + (f", held to {MAX_SEEDS}" if needed > MAX_SEEDS else "")
+        f"max_seeds {said}: σ_d {m.sigma_d:.4g} (the largest of any champion's, over {m.pairs} "
+        f"pairs in all); the gain worth finding, {what}, clears {rule.sigmas:g}σ_d/√n "
+        f"{POWER:.0%} of the time at n = {needed}{held}"
     )
 
 
@@ -159,7 +166,8 @@ def _gate(tier: Tier, p: TierProposal) -> None:
     luck = 1 - norm.cdf(sigmas)
     p.reasons.append(
         f"sigmas kept at {sigmas:g}: a change that does nothing passes this gate by luck "
-        f"{luck:.2%} of the time on its seeds (once: looks at more seeds add to it)"
+        f"{luck:.2%} of the time in one look at its seeds (racing looks again as seeds come in, "
+        "which adds to it)"
     )
 
 

@@ -262,6 +262,8 @@ def compare(record: History, again: History, tiers: Sequence[Tier]) -> Compariso
         )
         refused = after is not None and after.verdict is Verdict.REFUSED
         if refused and (before is None or before.verdict is not Verdict.REFUSED):
+            if before is not None:  # decided in the record: of the decided, neither same nor not
+                report.decided -= 1
             report.diverged.append(change)
             continue
         if before is None:

@@ -58,18 +58,21 @@ async def calibrate(config: SwarmConfig, workspace: Workspace, out: Path) -> str
     check = Answer(fidelity, [(setting, checked)])
     lines += ["", "checked against the recorded history:", render(check)]
     lost = [i for i in checked.recorded_stacks if i not in checked.whatif_stacks]
-    if lost:
+    if not any(p.values for p in proposals):
+        lines.append("\nnothing to change: the ladder it ran with is what the measurements ask")
+    elif lost:
         lines.append(
-            f"\nwarning: under this proposal {len(lost)} of the {len(checked.recorded_stacks)} "
-            f"changes the swarm stacked would not have been ({', '.join(lost)}): read the "
-            "changed verdicts above before adopting it"
+            f"\nnot recommended: under this proposal {len(lost)} of the "
+            f"{len(checked.recorded_stacks)} changes the swarm stacked would not have been "
+            f"({', '.join(lost)}); the changed verdicts above say why"
         )
-    lines.append(f'\nto adopt it: set path = "{out}" under [ladder] in swarm.toml')
+    else:
+        lines.append(f'\nto adopt it: set path = "{out}" under [ladder] in swarm.toml')
     return "\n".join(lines)
 
 
 def measure(ladder: Ladder) -> list[TierMeasure]:
-    """Each tier's pooled σ_d over every champion, the champion's level there, and the rank
+    """Each tier's σ_d (the largest any champion pooled), the champion's level there, and the rank
     correlation of ideas' gains with the next tier's (ideas run on both, same champion)."""
     gains = [_gains(ladder, tier.index) for tier in ladder.tiers]
     stacked = [
@@ -80,12 +83,18 @@ def measure(ladder: Ladder) -> list[TierMeasure]:
     measures = []
     for tier in ladder.tiers:
         noise = Noise()
-        level = None
+        level, sigmas = None, []
         for version in sorted(ladder.champions):
-            noise += noise_at(ladder, version, tier.index)
+            pooled = noise_at(ladder, version, tier.index)
+            noise += pooled
+            if pooled.sigma is not None:
+                sigmas.append(pooled.sigma)
             base = baselines.metrics(ladder, version, tier.index)
             if base:
                 level = abs(statistics.fmean(base.values()))
+        # The largest: a champion's noise can differ from another's (a replay meets each in
+        # turn), and seeds sized on the calm ones would leave the noisy ones inconclusive.
+        sigma = max(sigmas, default=noise.sigma)
         rho, ranked = None, 0
         if tier.index + 1 < len(ladder.tiers):
             here, there = gains[tier.index], gains[tier.index + 1]
@@ -94,9 +103,7 @@ def measure(ladder: Ladder) -> list[TierMeasure]:
             if ranked >= 3:
                 rho = float(spearmanr([here[k] for k in both], [there[k] for k in both])[0])
         found = tuple(gains[tier.index][k] for k in stacked if k in gains[tier.index])
-        measures.append(
-            TierMeasure(tier.index, noise.sigma, noise.pairs, level, rho, ranked, found)
-        )
+        measures.append(TierMeasure(tier.index, sigma, noise.pairs, level, rho, ranked, found))
     return measures
 
 

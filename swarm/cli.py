@@ -226,6 +226,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         from swarm.web_command import serve  # starlette and uvicorn: not every command's
 
         remote = bus_settings(config) if config.bus.url else None
+        if not (remote or workspace.ledger_path.exists() or workspace.is_running()):
+            raise SwarmError(f"no swarm has run in {workspace.root} (or pass --workspace, --nats)")
         ran = config if remote else _as_it_ran(args, config, workspace)
         await serve(ran, workspace, remote, config.web.host, config.web.port, args.of_start)
     elif args.command in ("whatif", "calibrate"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -26,6 +26,11 @@ CHAMPION = "(champion)"  # how the leaderboard view names the champion's baselin
 RUNS_SQL = """
 SELECT tier, champion_version, idea_id, status, metric, metric_name
 FROM runs ORDER BY tier, finished_at NULLS LAST, run_id"""
+
+# The champion's level per tier and version: the mean of its runs there, the ones it carried
+# over from the idea stacked into it included (a version may have no baseline run of its own).
+LEVELS_SQL = """
+SELECT tier, champion_version, avg(metric) AS level FROM champion_runs GROUP BY ALL"""
 
 COUNTS_SQL = """
 SELECT (SELECT count(*) FROM ideas) AS ideas, (SELECT count(*) FROM decisions) AS decisions"""
@@ -124,6 +129,7 @@ class ReportData:
     latest_source: str
     leaderboard: tuple[LeaderRow, ...]
     correlations: tuple[Correlation, ...]
+    levels: dict[tuple[int, int], float] = field(default_factory=dict)  # (tier, version)
 
 
 def file_query(con: duckdb.DuckDBPyConnection) -> Query:
@@ -211,6 +217,11 @@ def load(query: Query, lower_is_better: bool = True) -> ReportData:
         latest_source=(latest[0]["source"] or "") if latest else "",
         leaderboard=board,
         correlations=_correlations(query, sorted(k for k in tiers if k + 1 in tiers)),
+        levels={
+            (int(r["tier"]), int(r["champion_version"])): float(r["level"])
+            for r in _rows(query, LEVELS_SQL)
+            if r["level"] is not None
+        },
     )
 
 

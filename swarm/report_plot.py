@@ -1,7 +1,8 @@
 """The progress plot: one panel per tier, every experiment in the order it finished.
 
 Grey dots are idea runs, dark diamonds the champion's baseline runs, the step line the champion's
-level (the mean of its baseline runs at that tier, per champion version), red the runs of ideas
+level (the mean of its runs at that tier, per champion version, the runs it carried over from the
+idea stacked into it included: a version may have no baseline run of its own), red the runs of ideas
 that were later stacked into the champion, orange ticks along the bottom the failed runs and
 grey ticks the skipped ones (the champion moved on before they ran).
 """
@@ -55,7 +56,8 @@ def render_progress(data: ReportData, fmt: str) -> bytes:
     try:
         for ax, tier in zip(axes[:, 0], tiers, strict=True):
             runs = [run for run in data.runs if run.tier == tier]
-            _panel(ax, tier, runs, stacked, data.metric_name, data.lower_is_better)
+            levels = {v: level for (t, v), level in data.levels.items() if t == tier}
+            _panel(ax, tier, runs, stacked, levels, data.metric_name, data.lower_is_better)
         fig.savefig(out, dpi=DPI, format=fmt)
     finally:
         plt.close(fig)
@@ -82,6 +84,7 @@ def _panel(
     tier: int,
     runs: list[RunPoint],
     stacked: dict[str, int],
+    levels: dict[int, float],
     metric_name: str,
     lower_is_better: bool,
 ) -> None:
@@ -108,7 +111,7 @@ def _panel(
     if baselines:
         xs, ys = zip(*baselines, strict=True)
         ax.scatter(xs, ys, s=26, marker="D", color=CHAMPION_COLOR, label="champion baseline run")
-    _champion_steps(ax, runs)
+    _champion_steps(ax, runs, levels)
     for n, (idea_id, points) in enumerate(winners.items()):
         xs, ys = zip(*points, strict=True)
         label = "idea later stacked into champion" if n == 0 else None
@@ -147,23 +150,19 @@ def _panel(
         ax.legend(loc="upper right", fontsize=7)
 
 
-def _champion_steps(ax: Axes, runs: list[RunPoint]) -> None:
-    """The champion's level: from the first baseline run of each newer version on, the mean of
-    that version's baseline runs at this tier."""
-    totals: dict[int, list[float]] = defaultdict(list)
-    for run in runs:
-        if not run.idea_id and run.ok and run.metric is not None:
-            totals[run.champion_version].append(run.metric)
+def _champion_steps(ax: Axes, runs: list[RunPoint], levels: dict[int, float]) -> None:
+    """The champion's level (`levels`: by version, at this tier, carried runs included): from
+    the first run of each newer version at this tier on, whoever's run it is."""
     xs: list[int] = []
     ys: list[float] = []
     current: int | None = None
     for x, run in enumerate(runs, start=1):
         version = run.champion_version
-        if run.idea_id or not run.ok or (current is not None and version <= current):
+        if version not in levels or (current is not None and version <= current):
             continue
         current = version
         xs.append(x)
-        ys.append(sum(totals[version]) / len(totals[version]))
+        ys.append(levels[version])
         ax.annotate(
             f"v{version}",
             (x, ys[-1]),
@@ -181,5 +180,5 @@ def _champion_steps(ax: Axes, runs: list[RunPoint]) -> None:
             drawstyle="steps-post",
             color=CHAMPION_COLOR,
             lw=1.5,
-            label="champion level (baseline mean)",
+            label="champion level (mean of its runs here)",
         )

@@ -12,7 +12,7 @@ from ledger.duckdb_store import LedgerLocked, open_database
 from ledger.sql_gate import SqlRefused, run_query
 from ledger.sql_protocol import LedgerUnavailable, SqlError, ask
 
-__all__ = ["Answer", "LedgerUnavailable", "ask_ledger", "query", "read_file"]
+__all__ = ["Answer", "LedgerUnavailable", "ask_ledger", "connect_running", "query", "read_file"]
 from swarm.config import SwarmConfig
 from swarm.workspace import Workspace
 
@@ -53,13 +53,20 @@ def read_file(workspace: Workspace, config: SwarmConfig, sql: str) -> Answer:
     return Answer(result.table, result.truncated, "file")
 
 
-async def query(workspace: Workspace, config: SwarmConfig, sql: str) -> Answer:
+async def connect_running(workspace: Workspace, config: SwarmConfig, name: str) -> Client | None:
+    """The bus of the swarm running in `workspace`, as the cli role; None when none runs."""
     settings = workspace.read_bus_settings()
-    if settings is not None and workspace.is_running():
-        try:
-            nc = await connect(settings, "swarm-sql", config.bus.connect_timeout_s)
-        except BusUnavailable as exc:
-            raise LedgerUnavailable(f"the swarm is running but {exc}") from None
+    if settings is None or not workspace.is_running():
+        return None
+    try:
+        return await connect(settings, name, config.bus.connect_timeout_s)
+    except BusUnavailable as exc:
+        raise LedgerUnavailable(f"the swarm is running but {exc}") from None
+
+
+async def query(workspace: Workspace, config: SwarmConfig, sql: str) -> Answer:
+    nc = await connect_running(workspace, config, "swarm-sql")
+    if nc is not None:
         try:
             # A little longer than the ledger's own limit, so its timeout message wins.
             return await ask_ledger(nc, sql, config.ledger.sql_timeout_s + 5)

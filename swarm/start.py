@@ -120,7 +120,7 @@ async def start_swarm(
             write_private(effective, dump_config(quiet))
             # The ladder as it ran: what `swarm whatif`, `calibrate` and `audit` replay, even if
             # the file is edited later (cli._as_it_ran).
-            write_private(workspace.run_dir / "ladder.toml", ladder_path(config).read_text())
+            _keep_ladder(workspace, ladder_path(config).read_text())
             # Only the agents need the LLM keys: no other process ever sees them.
             keys = (config.llm.anthropic_api_key_env, config.llm.openai_api_key_env)
             for name in ("ledger", "ladder"):
@@ -261,6 +261,17 @@ def trainer_plan(config: SwarmConfig) -> list[dict[str, str]]:
         device = resolve_device(device)
     gpus = visible_gpus(os.environ, gpu_count(device))
     return trainer_envs(config.trainers.count, device, os.cpu_count() or 1, gpus)
+
+
+def _keep_ladder(workspace: Workspace, text: str) -> None:
+    """The ladder this start runs with, in run/ladder.toml; the one an earlier start ran with,
+    if another, kept beside it (run/ladder.N.toml): `swarm whatif` says the history ran under
+    more than one."""
+    kept = workspace.run_dir / "ladder.toml"
+    if kept.exists() and kept.read_text() != text:
+        n = 1 + len(list(workspace.run_dir.glob("ladder.*.toml")))
+        kept.rename(workspace.run_dir / f"ladder.{n}.toml")
+    write_private(kept, text)
 
 
 def _web_child(

@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bus.messages import Message
-from bus.nats_bus import BusUnavailable, connect
 from ledger.duckdb_store import LedgerLocked, open_database
 from ledger.readback import KIND_ORDER, read_messages
 from ledger.remote_events import ledger_events
@@ -41,6 +40,7 @@ from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
 from swarm.ladder_process import make_ladder
+from swarm.sql_client import connect_running
 from swarm.workspace import Workspace
 
 # Promotion keys a sweep may set (the rest of a tier defines what its runs are).
@@ -63,6 +63,8 @@ class Answer:
 async def whatif(
     config: SwarmConfig, workspace: Workspace, files: list[Path], sweep: str | None
 ) -> Answer:
+    if not (workspace.ledger_path.exists() or workspace.is_running()):
+        raise SwarmError(f"no swarm has run in {workspace.root} (or pass --workspace)")
     if not workspace.seed_secret_file.exists():
         raise SwarmError(
             f"no seed secret in {workspace.run_dir}: the what-if asks for the seeds the swarm "
@@ -86,7 +88,15 @@ async def whatif(
         if why := runs_differ(base.tiers, setting.ladder.tiers):
             raise ConfigError(f"{setting.label}: {why}; a what-if changes promotion settings only")
     # Seconds of CPU per setting on a long history: off the event loop (the web view's).
-    return await asyncio.to_thread(decide_all, messages, base, settings)
+    answer = await asyncio.to_thread(decide_all, messages, base, settings)
+    earlier = sorted(workspace.run_dir.glob("ladder.*.toml"))
+    if earlier:
+        answer.fidelity.notes.append(
+            f"this workspace ran under {len(earlier) + 1} ladder files (the earlier ones in "
+            f"{workspace.run_dir}/ladder.N.toml); it is replayed under the last: verdicts made "
+            "under the others may differ for that reason alone"
+        )
+    return answer
 
 
 def decide_all(messages: list[Message], base: Ladder, settings: list[Setting]) -> Answer:
@@ -174,12 +184,8 @@ def _literal(text: str, sweep: str) -> Any:
 async def read_history(workspace: Workspace, config: SwarmConfig) -> list[Message]:
     """The ladder's kinds of event, in stream order: from the running ledger (as the cli role,
     through the SQL gate), or from the stopped ledger's file."""
-    settings = workspace.read_bus_settings()
-    if settings is not None and workspace.is_running():
-        try:
-            nc = await connect(settings, "swarm-whatif", config.bus.connect_timeout_s)
-        except BusUnavailable as exc:
-            raise LedgerUnavailable(f"the swarm is running but {exc}") from None
+    nc = await connect_running(workspace, config, "swarm-whatif")
+    if nc is not None:
         try:
             found = await ledger_events(nc, KIND_ORDER, 0, 2**63 - 1)
         finally:
@@ -240,9 +246,15 @@ def tier_rows(comparison: Comparison) -> list[tuple[Any, ...]]:
 def render(answer: Answer, details: int = 10) -> str:
     lines = [
         "what-if: the recorded history decided again, with only the runs that exist",
-        "  (changed: another verdict; earlier/later: the same on fewer/more seeds; new: decided "
-        "where the record never got; open: waits on a run nobody made, or never got there;",
-        "  diverged: written for a champion these settings never made, so not theirs to judge)",
+        "  decided: ideas with a verdict at the tier in the record (but diverged ones) = same"
+        " (earlier/later: the same on fewer/more seeds)",
+        "  + changed + open;",
+        "  changed: another verdict; open: none here (it waits on a run nobody made, or never"
+        " got there); new: decided here, not in the record;",
+        "  diverged: admitted in the record, refused here, written for a champion these"
+        " settings never made (not theirs to judge);",
+        "  unmeasured: runs asked for that nobody made (needed only here, or in flight when the"
+        " swarm stopped)",
         "",
         fidelity_line(answer.fidelity),
     ]
@@ -258,11 +270,12 @@ def render(answer: Answer, details: int = 10) -> str:
 def fidelity_line(fidelity: Comparison) -> str:
     decided = sum(t.decided for t in fidelity.tiers)
     same = sum(t.same for t in fidelity.tiers)
-    return (
+    stacks = "the same" if fidelity.recorded_stacks == fidelity.whatif_stacks else "differ"
+    line = (
         f"the recorded settings, replayed so: {same} of {decided} recorded verdicts the same, "
-        f"stacks {'the same' if fidelity.recorded_stacks == fidelity.whatif_stacks else 'differ'}"
-        " (results that arrived together may be decided in another order)"
+        f"stacks {stacks} (results that arrived together may be decided in another order)"
     )
+    return "\n".join([*(f"note: {note}" for note in fidelity.notes), line])
 
 
 def _table(comparison: Comparison) -> list[str]:
@@ -301,7 +314,7 @@ def _side_by_side(answer: Answer) -> list[str]:
     rows: list[tuple[str, ...]] = [("", *labels)]
     comparisons = [c for _, c in answer.results]
     rows.append(("stacked", *(str(len(c.whatif_stacks)) for c in comparisons)))
-    rows.append(("verdicts changed", *(str(c.verdict_changes) for c in comparisons)))
+    rows.append(("differ (changed+new+open)", *(str(c.verdict_changes) for c in comparisons)))
     rows.append(("runs used", *(str(sum(t.runs for t in c.tiers)) for c in comparisons)))
     rows.append(("not needed", *(str(sum(t.not_needed for t in c.tiers)) for c in comparisons)))
     rows.append(("unmeasured", *(str(sum(t.unmeasured for t in c.tiers)) for c in comparisons)))
@@ -310,14 +323,35 @@ def _side_by_side(answer: Answer) -> list[str]:
     return ["  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
 
 
+# The Parquet file's columns: one row per setting and tier (kind 'tier', with the counts the
+# table shows), and one per setting, tier and idea whose outcome differs (kind: changed,
+# earlier, later, new, open, diverged; its verdicts, "open" where none closed it). A column that
+# does not apply to a row is null.
+PARQUET = pa.schema(
+    [
+        ("setting", pa.string()),
+        ("tier", pa.int64()),
+        ("tier_name", pa.string()),
+        ("kind", pa.string()),
+        *((name.replace(" ", "_"), pa.int64()) for name in COLUMNS[1:]),
+        ("idea_id", pa.string()),
+        ("recorded_verdict", pa.string()),
+        ("whatif_verdict", pa.string()),
+        ("recorded_seeds", pa.int64()),
+        ("whatif_seeds", pa.int64()),
+        ("why", pa.string()),
+    ]
+)
+
+
 def write_parquet(answer: Answer, path: Path) -> int:
-    """One row per setting, tier and idea whose outcome differs, plus one per setting and tier
-    with the counts (idea_id '' and kind 'tier'). Returns the rows written."""
+    """The answer as Parquet (PARQUET's columns); returns the rows written."""
     rows: list[dict[str, Any]] = []
     for setting, comparison in answer.results:
         for t, row in zip(comparison.tiers, tier_rows(comparison), strict=True):
-            counts = dict(zip(COLUMNS[1:], row[1:], strict=True))
-            rows.append(_row(setting.label, t.tier, t.name, "tier", counts=counts))
+            counts = {n.replace(" ", "_"): v for n, v in zip(COLUMNS[1:], row[1:], strict=True)}
+            rows.append({"setting": setting.label, "tier": t.tier, "tier_name": t.name,
+                         "kind": "tier", **counts})  # fmt: skip
             for kind, changes in (
                 ("changed", t.changed),
                 ("earlier", t.earlier),
@@ -326,27 +360,20 @@ def write_parquet(answer: Answer, path: Path) -> int:
                 ("open", t.open),
                 ("diverged", t.diverged),
             ):
-                for c in changes:
-                    rows.append(_row(setting.label, t.tier, t.name, kind, change=c))
-    pq.write_table(pa.Table.from_pylist(rows), path)
+                rows += [
+                    {
+                        "setting": setting.label,
+                        "tier": t.tier,
+                        "tier_name": t.name,
+                        "kind": kind,
+                        "idea_id": c.idea_id,
+                        "recorded_verdict": c.recorded,
+                        "whatif_verdict": c.whatif,
+                        "recorded_seeds": c.recorded_seeds,
+                        "whatif_seeds": c.whatif_seeds,
+                        "why": c.why,
+                    }
+                    for c in changes
+                ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=PARQUET), path)
     return len(rows)
-
-
-def _row(label: str, tier: int, name: str, kind: str, **what: Any) -> dict[str, Any]:
-    change, counts = what.get("change"), what.get("counts", {})
-    return {
-        "setting": label,
-        "tier": tier,
-        "tier_name": name,
-        "kind": kind,
-        "idea_id": change.idea_id if change else "",
-        "recorded_verdict": change.recorded if change else "",
-        "whatif_verdict": change.whatif if change else "",
-        "recorded_seeds": change.recorded_seeds if change else None,
-        "whatif_seeds": change.whatif_seeds if change else None,
-        "recorded_runs": counts.get("recorded"),
-        "whatif_runs": counts.get("runs"),
-        "why": change.why if change else "",
-        "not_needed": counts.get("not needed", 0),
-        "unmeasured": counts.get("unmeasured", 0),
-    }

@@ -10,7 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from ledger.duckdb_store import open_database
 from scale_ladder.tiers import DEFAULT_LADDER, load_ladder
+from swarm.report_data import file_query, load
 from tests.conftest import run_swarm
 
 
@@ -40,7 +42,7 @@ def test_whatif_replays_the_recorded_settings_and_sweeps_others(
     for label in ("ladder.toml with sigmas=2", "ladder.toml with sigmas=3", "== side by side"):
         assert label in done.stdout
     rows = duckdb.sql(
-        "select setting, sum(recorded_runs) filter (where kind = 'tier') as recorded, "
+        "select setting, sum(recorded) filter (where kind = 'tier') as recorded, "
         "count(*) filter (where kind = 'changed') as changed "
         f"from read_parquet('{out}') group by setting order by setting"
     ).fetchall()
@@ -94,3 +96,24 @@ def test_outputs_never_overwrite_what_the_swarm_keeps(workspace: Path, tmp_path:
         done = run_swarm(workspace, *args)
         assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
     assert mine.read_text() == "[ladder]\n"
+
+
+def test_the_progress_plot_has_a_level_for_every_champion_at_every_tier(workspace: Path) -> None:
+    """A stacked idea's runs are the new champion's at the tiers it ran on, so a version may
+    have no baseline run of its own there: the plot's level must come from them too (it stayed
+    at v1 on tiers 0 and 1 while the champion moved on)."""
+    con = open_database(workspace / "ledger.duckdb", read_only=True)
+    try:
+        data = load(file_query(con))
+        versions = {r[0] for r in con.execute("select version from champions").fetchall()}
+    finally:
+        con.close()
+    for tier in {run.tier for run in data.runs}:
+        ran = {r.champion_version for r in data.runs if r.tier == tier}
+        assert ran <= {v for (t, v) in data.levels if t == tier} <= versions
+
+
+def test_no_swarm_here_is_said_before_anything_starts(tmp_path: Path) -> None:
+    for args in (("web",), ("whatif", "--sweep", "sigmas=2"), ("calibrate",)):
+        done = run_swarm(tmp_path / "nothing", *args)
+        assert done.returncode == 2 and "no swarm has run" in done.stderr, (args, done.stderr)
