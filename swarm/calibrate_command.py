@@ -24,21 +24,15 @@ from scale_ladder.ladder import Ladder
 from scale_ladder.noise_pool import noise_at
 from scale_ladder.rules import Evidence, Noise, paired_gains
 from scale_ladder.tiers import ladder_from
-from scale_ladder.whatif import compare, decide_again, recorded
 from swarm.config import SwarmConfig
 from swarm.config_files import ladder_path
-from swarm.errors import SwarmError
-from swarm.ladder_process import make_ladder
-from swarm.whatif_command import Answer, Setting, fresh_ladder, read_history, render
+from swarm.whatif_command import Setting, decide_in_thread, history, render
 from swarm.workspace import Workspace
 
 
 async def calibrate(config: SwarmConfig, workspace: Workspace, out: Path) -> str:
     source = ladder_path(config)
-    messages = await read_history(workspace, config)
-    if not messages:
-        raise SwarmError(f"the ledger in {workspace.root} holds no history yet")
-    ladder = make_ladder(config, workspace.seed_secret())
+    messages, ladder = await history(config, workspace)
     for message in messages:
         ladder.observe(message)
     measures = measure(ladder)
@@ -49,13 +43,8 @@ async def calibrate(config: SwarmConfig, workspace: Workspace, out: Path) -> str
     lines = [f"measured from {len(messages)} events in {workspace.root}; proposal in {out}:"]
     for proposal in proposals:
         lines += [f"  {proposal.name}:", *(f"    {why}" for why in proposal.reasons)]
-    record = recorded(messages)
-    base = fresh_ladder(ladder, None)
-    fidelity = compare(record, decide_again(messages, base), ladder.tiers)
-    setting = Setting(str(out), proposed)
-    again = decide_again(messages, fresh_ladder(ladder, proposed))
-    checked = compare(record, again, proposed.tiers)
-    check = Answer(fidelity, [(setting, checked)])
+    check = await decide_in_thread(messages, ladder, [Setting(str(out), proposed)], workspace)
+    checked = check.results[0][1]
     lines += ["", "checked against the recorded history:", render(check)]
     lost = [i for i in checked.recorded_stacks if i not in checked.whatif_stacks]
     if not any(p.values for p in proposals):

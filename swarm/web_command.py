@@ -24,11 +24,11 @@ from nats.aio.client import Client
 from bus.embedded_server import write_private
 from bus.nats_bus import BusSettings, BusUnavailable, connect
 from bus.roles import Role
-from ledger.sql_protocol import LedgerUnavailable
 from swarm.config import SwarmConfig
 from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import target_info
+from swarm.sql_client import connect_running
 from swarm.web.app import WebOptions, make_app
 from swarm.web.source import BusSource, FileSource
 from swarm.workspace import Workspace
@@ -53,15 +53,9 @@ class LocalSource:
             return None
         async with self.lock:
             if self.nc is None or self.nc.is_closed:
-                settings = self.workspace.read_bus_settings(Role.CLI)
-                if settings is None:
+                self.nc = await connect_running(self.workspace, self.config, "swarm-web")
+                if self.nc is None:
                     return None
-                try:
-                    self.nc = await connect(
-                        settings, "swarm-web", self.config.bus.connect_timeout_s
-                    )
-                except BusUnavailable as exc:
-                    raise LedgerUnavailable(f"the swarm is running but {exc}") from None
         return BusSource(self.nc, self.config.ledger.sql_timeout_s + 5)
 
     async def table(self, sql: str) -> pa.Table:

@@ -63,9 +63,24 @@ class Answer:
 async def whatif(
     config: SwarmConfig, workspace: Workspace, files: list[Path], sweep: str | None
 ) -> Answer:
+    messages, base = await history(config, workspace)
+    settings = [Setting(f"{path}", load_ladder(path, config.target.kind)) for path in files]
+    if sweep:
+        settings += sweep_settings(ladder_path(config), config.target.kind, sweep)
+    if not settings:
+        raise ConfigError("swarm whatif needs --ladder FILE or --sweep KEY=V1,V2,...")
+    for setting in settings:
+        if why := runs_differ(base.tiers, setting.ladder.tiers):
+            raise ConfigError(f"{setting.label}: {why}; a what-if changes promotion settings only")
+    return await decide_in_thread(messages, base, settings, workspace)
+
+
+async def history(config: SwarmConfig, workspace: Workspace) -> tuple[list[Message], Ladder]:
+    """The workspace's recorded history and a ladder of the settings it ran with (its seeds
+    included), checked to be the ladder its runs were made under."""
     if not (workspace.ledger_path.exists() or workspace.is_running()):
         raise SwarmError(f"no swarm has run in {workspace.root} (or pass --workspace)")
-    if not workspace.seed_secret_file.exists():
+    if not workspace.seed_secret_file.exists():  # never made here: seed_secret() would
         raise SwarmError(
             f"no seed secret in {workspace.run_dir}: the what-if asks for the seeds the swarm "
             "ran, and they derive from it (a ledger copied without its workspace cannot say)"
@@ -79,15 +94,14 @@ async def whatif(
             f"{ladder_path(config)}: {why}: it is not the ladder the swarm ran with, so its "
             "settings cannot be replayed as the record's"
         )
-    settings = [Setting(f"{path}", load_ladder(path, config.target.kind)) for path in files]
-    if sweep:
-        settings += sweep_settings(ladder_path(config), config.target.kind, sweep)
-    if not settings:
-        raise ConfigError("swarm whatif needs --ladder FILE or --sweep KEY=V1,V2,...")
-    for setting in settings:
-        if why := runs_differ(base.tiers, setting.ladder.tiers):
-            raise ConfigError(f"{setting.label}: {why}; a what-if changes promotion settings only")
-    # Seconds of CPU per setting on a long history: off the event loop (the web view's).
+    return messages, base
+
+
+async def decide_in_thread(
+    messages: list[Message], base: Ladder, settings: list[Setting], workspace: Workspace
+) -> Answer:
+    """decide_all off the event loop (the web view's: seconds of CPU per setting on a long
+    history), with a note where the workspace ran under more than one ladder file."""
     answer = await asyncio.to_thread(decide_all, messages, base, settings)
     earlier = sorted(workspace.run_dir.glob("ladder.*.toml"))
     if earlier:
