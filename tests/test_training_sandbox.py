@@ -125,7 +125,6 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
             RunStatus.REFUSED,
             "hunk at line 3 does not apply",
         ),
-        (edit("is_causal=True", "is_causal=False"), RunStatus.REFUSED, "non-causal model"),
     ],
     ids=[
         "syntax",
@@ -138,7 +137,6 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
         "early-exit",
         "other-file",
         "does-not-apply",
-        "non-causal",
     ],
 )
 def test_bad_experiments_become_results(
@@ -148,6 +146,17 @@ def test_bad_experiments_become_results(
     assert result.status == status, (result.reason, result.log_tail[-1500:])
     assert reason in result.reason, (result.reason, result.log_tail[-1500:])
     assert result.metric is None
+
+
+def test_non_causal_attention_is_refused(corpus: Corpus, tmp_path: Path) -> None:
+    """Trained on 128 steps, non-causal attention has learned to lean on the next byte. On the
+    16 steps of the other tests it had not: its predictions moved by about the probe tolerance,
+    and 1 evaluation in 10 passed as causal (a CI run failed on it). A leak that small is worth
+    about 0.001 bpb; what the probe must refuse is one a score can profit from."""
+    patch = edit("is_causal=True", "is_causal=False")
+    result = run(corpus, tmp_path, patch, limits=_small_limits(RunStatus.REFUSED), budget=32768)
+    assert result.status == RunStatus.REFUSED, (result.reason, result.log_tail[-1500:])
+    assert "non-causal model" in result.reason and result.metric is None
 
 
 def _small_limits(status: RunStatus) -> RunLimits:
