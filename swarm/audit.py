@@ -60,6 +60,7 @@ class Audit:
     lineage: list[str] = field(default_factory=list)
     replay: list[str] = field(default_factory=list)
     left_to_do: list[str] = field(default_factory=list)  # what a replayed ladder would still do
+    left_to_send: int = 0  # how many messages that is, all kinds together
     unsent: list[str] = field(default_factory=list)  # notes, not problems (module docstring)
 
     def problems(self, drained: bool) -> list[str]:
@@ -75,7 +76,8 @@ class Audit:
             f"decisions {self.decisions}  champion v{self.champion_version}  "
             f"unfinished {len(self.unfinished)}  orphans {len(self.orphans)}  "
             f"duplicated {len(self.duplicated)}  lineage problems {len(self.lineage)}  "
-            f"replay differences {len(self.replay)}  left to do {len(self.left_to_do)}  "
+            f"replay differences {len(self.replay)}  "
+            f"messages a replay would still send {self.left_to_send}  "
             f"unsent ideas {len(self.unsent)}"
         )
 
@@ -195,5 +197,6 @@ def _check_replay(
             f"a replay holds champion v{ladder.current}, the ledger v{report.champion_version}"
         )
     pending: Counter[str] = Counter(type(m).__name__ for m in ladder.act())
+    report.left_to_send = pending.total()
     for kind, n in sorted(pending.items()):
         report.left_to_do.append(f"a replay of the ledger would still publish {n} {kind}(s)")

@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.command == "start" and not args.verbose:
+        # The terminal is the live view's: what the supervisor logs goes to the workspace's
+        # start.log (start.log_to_file); a warning still shows here.
+        logging.getLogger().handlers[0].setLevel(logging.WARNING)
     try:
         if args.command == "init":
             print(_init(args, Path.cwd()))

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+import duckdb
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from rich.console import Console
@@ -31,6 +32,7 @@ from bus.embedded_server import (
 from bus.nats_bus import BusSettings, connect
 from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
+from ledger.duckdb_store import LedgerLocked, open_database
 from recipes.store import recipe_bucket
 from swarm.champion_health import broken_champion
 from swarm.config import ConfigError, SwarmConfig, dump_config, listen_address, with_overrides
@@ -61,6 +63,32 @@ def check_web(config: SwarmConfig) -> None:
         )
 
 
+def check_limit_left(config: SwarmConfig, workspace: Workspace) -> None:
+    """Refuse at once to resume a workspace whose ledger already holds the experiment limit:
+    started anyway, the swarm would come up and stop at its first status line, saying nothing
+    of why (a newcomer waited 26 s for that)."""
+    limit = config.limits.max_experiments
+    if not limit or workspace.is_running() or not workspace.ledger_path.exists():
+        return  # a running swarm is refused by its lock, below, with its own message
+    try:
+        con = open_database(workspace.ledger_path, read_only=True)
+    except (LedgerLocked, duckdb.Error):
+        return  # the ledger process will say what is wrong with it
+    try:
+        rows = con.sql("SELECT count(*) FROM runs").fetchall()
+    except duckdb.Error:
+        return
+    finally:
+        con.close()
+    done = int(rows[0][0])
+    if done >= limit:
+        raise SwarmError(
+            f"{workspace.root} already holds {done} experiments, and the limit is {limit} "
+            "(--max-experiments, or limits.max_experiments in the config): raise the limit to "
+            "go on with this swarm, or pass another --workspace to start a new one"
+        )
+
+
 def bus_settings(config: SwarmConfig) -> BusSettings:
     b = config.bus
     return BusSettings(
@@ -80,6 +108,7 @@ async def start_swarm(
     trainers = trainer_plan(config)
     if trainers and (warning := check_confinement(config)):  # or refuses here
         print(warning, file=out)
+    check_limit_left(config, workspace)
     workspace.create()
     workspace.seed_secret()  # made now, or read: a damaged one stops the start, named
     lock = workspace.acquire_lock()
@@ -89,10 +118,11 @@ async def start_swarm(
             "stop it or pass another --workspace"
         )
     stop = asyncio.Event()
-    stop_on_signals(stop, lambda signum: log.info("signal %d: stopping", signum))
+    stop_on_signals(stop, lambda signum: _stopping(out, f"signal {signum}"))
     server: EmbeddedNatsServer | None = None
     children: list[ManagedProcess] = []
     failures: list[str] = []  # why the swarm stopped by itself, if it had to (champion_health)
+    logged = log_to_file(workspace.logs_dir / "start.log")
     try:
         if config.bus.url:
             settings = bus_settings(config)
@@ -178,7 +208,7 @@ async def start_swarm(
                     keepers.append(group.create_task(_keep_server_alive(server)))
                 reporter = group.create_task(_report(nc, config, out, stop, minutes, failures))
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
-                await _wait(stop, deadline)
+                await _wait(stop, deadline, out)
                 # Trainers first (they hand unfinished jobs back), the ledger last (it commits).
                 for child in reversed(children):
                     await child.stop()
@@ -193,6 +223,8 @@ async def start_swarm(
             server.stop()
         workspace.clear_bus_settings()
         lock.close()
+        logging.getLogger().removeHandler(logged)
+        logged.close()
         print("swarm: stopped", file=out, flush=True)
     await _farewell(config, workspace, out)
     if failures:
@@ -316,14 +348,28 @@ def _swarm_argv(workspace: Workspace, config_path: Path, *command: str) -> list[
     ]
 
 
-async def _wait(stop: asyncio.Event, deadline: float | None) -> None:
+def log_to_file(path: Path) -> logging.Handler:
+    """Everything the supervisor logs goes to the workspace's start.log; the terminal shows
+    only warnings (a child that exits, restarts), among the live view's lines (cli.main)."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def _stopping(out: TextIO, why: str) -> None:
+    log.info("%s: stopping", why)
+    print(f"swarm: {why}: stopping", file=out, flush=True)
+
+
+async def _wait(stop: asyncio.Event, deadline: float | None, out: TextIO) -> None:
     if deadline is None:
         await stop.wait()
         return
     try:
         await asyncio.wait_for(stop.wait(), max(0.0, deadline - time.monotonic()))
     except TimeoutError:
-        log.info("time limit reached: stopping")
+        _stopping(out, "time limit reached")
 
 
 async def _report(
@@ -357,7 +403,7 @@ async def _report(
                 failures.append(broken)
                 stop.set()
             if limit and not snapshot.error and snapshot.experiments_run >= limit:
-                log.info("%d experiments run: stopping", snapshot.experiments_run)
+                _stopping(out, f"{snapshot.experiments_run} experiments run")
                 stop.set()
     finally:
         view.close()

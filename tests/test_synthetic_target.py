@@ -91,6 +91,10 @@ def test_a_swarm_runs_on_it_end_to_end_and_stops_at_its_experiment_limit(tmp_pat
     again = run_swarm(ws, *common, "--max-experiments", "100", timeout=110)
     assert again.returncode == 0, again.stderr[-2000:]
     assert _counts(ws)[:2] == (100, 100)
+    at_limit = run_swarm(ws, *common, "--max-experiments", "100", timeout=30)
+    assert at_limit.returncode == 2, at_limit.stdout + at_limit.stderr
+    assert "already holds 100 experiments, and the limit is 100" in at_limit.stderr
+    assert _counts(ws)[:2] == (100, 100)
     audit = run_swarm(ws, "audit")
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
