@@ -20,7 +20,7 @@ from tests.conftest import run_swarm
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ws = tmp_path_factory.mktemp("whatif") / "ws"
     common = ("start", "--target", "synthetic", "--agents", "4", "--minutes", "1.5")
-    done = run_swarm(ws, *common, "--max-experiments", "240", timeout=120)
+    done = run_swarm(ws, *common, "--max-experiments", "240", timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     yield ws
 
@@ -35,7 +35,7 @@ def test_whatif_replays_the_recorded_settings_and_sweeps_others(
     workspace: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "whatif.parquet"
-    done = run_swarm(workspace, "whatif", "--sweep", "sigmas=2,3", "--out", str(out), timeout=60)
+    done = run_swarm(workspace, "whatif", "--sweep", "sigmas=2,3", "--out", str(out), timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     same, decided = _same(done.stdout)
     assert decided > 10 and same >= 0.9 * decided  # the replay is the record, up to ordering
@@ -68,7 +68,7 @@ def test_calibrate_writes_a_ladder_file_that_loads_and_checks_it(
     workspace: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "calibrated.toml"
-    done = run_swarm(workspace, "calibrate", "--out", str(out), timeout=60)
+    done = run_swarm(workspace, "calibrate", "--out", str(out), timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     proposed = load_ladder(out, "synthetic")
     assert len(proposed.tiers) == 3
