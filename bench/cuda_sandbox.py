@@ -27,7 +27,7 @@ from training.readable_paths import CUDA_READ_PATHS
 G = sandbox.GPU_EXPERIMENT
 VARIANTS: dict[str, tuple[bool, str, sandbox.SyscallRules | None]] = {
     "shipped": (True, "", G),
-    "with connect": (True, "", replace(G, connects=True)),
+    "with connect, sends": (True, "", replace(G, connects=True)),  # and sends by address
     "no memfd": (True, "", replace(G, memfd=False)),
     "cpu rules": (True, "", sandbox.EXPERIMENT),
     "no task writes": (True, "/proc/self/task", G),

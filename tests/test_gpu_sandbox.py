@@ -47,6 +47,20 @@ def reach():
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(OUTSIDE)
 attempt("unix connect", reach)
+def datagram():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(b"forged log line", OUTSIDE_DGRAM)
+attempt("datagram by address", datagram)
+def by_message():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendmsg([b"forged log line"], [], 0, OUTSIDE_DGRAM)
+attempt("datagram by message", by_message)
+def own_pair():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.send(b"x")
+    assert b.recv(1) == b"x"
+    a.close(), b.close()
+attempt("own socket pair", own_pair)
 attempt("udp socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close())
 attempt("memfd", memfd)
 attempt("fork", fork)
@@ -58,17 +72,27 @@ attempt("unshare", unshare)
 def _confined(rules: str, tmp_path: Path) -> dict[str, str]:
     """What a process confined by `rules` may do, against a Unix socket listening outside it
     (where a container runtime's or an agent's would be)."""
-    path = tmp_path / "outside.sock"
-    with socket.socket(socket.AF_UNIX) as server:
+    path, dgram = tmp_path / "outside.sock", tmp_path / "outside-dgram.sock"
+    with (
+        socket.socket(socket.AF_UNIX) as server,
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as log,
+    ):
         server.bind(str(path))
         server.listen()
+        log.bind(str(dgram))  # where syslog's would be
         code = (
             f"from training import sandbox\nsandbox.restrict_syscalls(sandbox.{rules})\n"
-            f"OUTSIDE = {str(path)!r}\n{ATTEMPTS}"
+            f"OUTSIDE = {str(path)!r}\nOUTSIDE_DGRAM = {str(dgram)!r}\n{ATTEMPTS}"
         )
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
         ).stdout
+        log.setblocking(False)
+        try:
+            reached = log.recv(100)
+        except BlockingIOError:
+            reached = b""
+        assert not reached, reached
     return dict(line.rsplit(" ", 1) for line in out.splitlines())
 
 
@@ -78,6 +102,9 @@ def test_cuda_experiments_may_make_unix_sockets_and_memfds_and_nothing_more(
     assert _confined("GPU_EXPERIMENT", tmp_path) == {
         "unix socket": "allowed",  # without it the driver's start fails (error 304)
         "unix connect": "denied",  # ... but it needs none connected (checked on an H200)
+        "datagram by address": "denied",  # nor any datagram sent out (syslog's socket)
+        "datagram by message": "denied",
+        "own socket pair": "allowed",  # a pair is connected to nothing but itself
         "udp socket": "denied",
         "memfd": "allowed",
         "fork": "denied",
@@ -87,7 +114,9 @@ def test_cuda_experiments_may_make_unix_sockets_and_memfds_and_nothing_more(
 
 
 def test_cpu_experiments_keep_every_denial(tmp_path: Path) -> None:
-    assert set(_confined("EXPERIMENT", tmp_path).values()) == {"denied"}
+    confined = _confined("EXPERIMENT", tmp_path)
+    assert confined.pop("own socket pair") == "allowed"
+    assert set(confined.values()) == {"denied"}
 
 
 def test_cuda_grants_name_the_device_files_and_the_own_threads_only() -> None:

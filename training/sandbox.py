@@ -226,6 +226,8 @@ class _Abi:
     shared_state: tuple[int, ...] = ()
     prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
     connect: int = -1
+    sendto: int = -1  # without connects: only on a connected socket (no address given)
+    sends_by_message: tuple[int, ...] = ()  # sendmsg, sendmmsg: an address the filter cannot read
     # What reads or steers the page cache: mincore, cachestat, fadvise64, readahead, preadv2 and
     # pwritev2 (RWF_NOWAIT tells a cached page), and madvise's COLD and PAGEOUT. A red team made
     # the cache of readable files a memory shared by evaluation processes and later runs (a
@@ -249,6 +251,8 @@ _ABIS = {
         namespaces=(272, 308),
         prlimit=302,
         connect=42,
+        sendto=44,
+        sends_by_message=(46, 307),
         shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
         page_cache=(27, 451, 221, 187, 327, 328),
         madvise=28,
@@ -266,6 +270,8 @@ _ABIS = {
         namespaces=(97, 268),
         prlimit=261,
         connect=203,
+        sendto=206,
+        sends_by_message=(211, 269),
         shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
         page_cache=(232, 451, 223, 213, 286, 287),
         madvise=233,
@@ -288,8 +294,9 @@ class SyscallRules:
     execs: bool = False  # execve, execveat: running programs
     memfd: bool = False  # memfd_create: memory outside the address-space limit
     unix_sockets: bool = False  # socket(AF_UNIX); any other socket is denied in every mode
-    # connect(): with Unix sockets allowed, a pathname socket anywhere the user can reach
-    # (a container runtime's, an agent's) would be reachable: Landlock has no rule for it
+    # connect(), and a datagram sent by address (sendto with one, sendmsg, sendmmsg): with Unix
+    # sockets allowed, a pathname socket anywhere the user can reach (a container runtime's, an
+    # agent's, syslog's) would be reachable: Landlock has no rule for it
     connects: bool = True
     page_cache: bool = False  # probing or evicting the page cache (see _Abi.page_cache)
 
@@ -298,7 +305,9 @@ class SyscallRules:
 EXPERIMENT = SyscallRules()
 # On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
 # H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
-# machine's driver needs). It may not connect one: nothing outside is reachable through it.
+# machine's driver needs). It may neither connect one nor send by address: nothing outside is
+# reachable through it. (CUDA started on an H200 with connect denied; with the sends denied too
+# it has not yet run on a GPU: bench/cuda_sandbox.py checks it.)
 # CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
 GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False)
 # A command target runs a shell and its toolchain (which keeps Unix sockets).
@@ -327,7 +336,7 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [*abi.execs] if not rules.execs else []
     denied += [abi.memfd] if not rules.memfd else []
     denied += [*abi.page_cache] if not rules.page_cache else []
-    denied += [abi.connect] if not rules.connects else []
+    denied += [abi.connect, *abi.sends_by_message] if not rules.connects else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
@@ -341,6 +350,10 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
     prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    if not rules.connects:  # sendto: only without an address (both halves of its 5th argument)
+        prog += [(jeq, 0, 6, abi.sendto), (ld, 0, 0, arg0 + 32), (jeq, 0, 3, 0)]
+        prog += [(ld, 0, 0, arg0 + 36), (jeq, 0, 1, 0), (ret, 0, 0, allow), (ret, 0, 0, deny)]
+        prog += [(ld, 0, 0, nr)]
     if not rules.page_cache:  # madvise: all but MADV_COLD (20) and MADV_PAGEOUT (21), which evict
         prog += [(jeq, 0, 5, abi.madvise), (ld, 0, 0, arg0 + 16), (jeq, 2, 0, 20), (jeq, 1, 0, 21)]
         prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
