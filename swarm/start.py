@@ -40,7 +40,8 @@ from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
-from swarm.live_view import LiveView, gather_snapshot
+from swarm.live_snapshot import gather_snapshot
+from swarm.live_view import LiveView
 from swarm.preflight import check_confinement, check_llm
 from swarm.supervisor import ManagedProcess
 from swarm.trainer_plan import gpu_count, trainer_envs, visible_gpus

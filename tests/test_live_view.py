@@ -28,17 +28,16 @@ from bus.messages import (
 from bus.nats_bus import enqueue_run, publish_event
 from bus.subjects import JOBS_STREAM, ensure_trainer_consumer, job_subject, trainer_consumer_name
 from ledger.service import LedgerService
-from swarm.live_view import (
+from swarm.live_snapshot import (
     AgentRow,
     ChampionRow,
     Experiment,
     LiveSnapshot,
-    LiveView,
     Standing,
     TierQueue,
     gather_snapshot,
-    render,
 )
+from swarm.live_view import LiveView, render
 from swarm.sql_client import ask_ledger
 from tests.conftest import make_result, wait_for_async
 

@@ -22,7 +22,8 @@ from bus.nats_bus import publish_event
 from ledger.service import LedgerService
 from recipes.fixed import fixed_names
 from swarm.config import ConfigError, SwarmConfig, with_overrides
-from swarm.live_view import AgentRow, LiveSnapshot, LiveView, gather_snapshot, render
+from swarm.live_snapshot import AgentRow, LiveSnapshot, gather_snapshot
+from swarm.live_view import LiveView, render
 from swarm.preflight import check_editable, check_llm
 from swarm.sql_client import ask_ledger
 from swarm.start import start_swarm

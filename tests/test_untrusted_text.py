@@ -20,7 +20,8 @@ from agents.brain import Desk, Failure, Finding
 from agents.llm_prompt import researcher_prefix, researcher_request
 from bus.messages import RunResult, RunStatus
 from bus.untrusted import fenced, for_terminal
-from swarm.live_view import AgentRow, ChampionRow, LiveSnapshot, Standing, render
+from swarm.live_snapshot import AgentRow, ChampionRow, LiveSnapshot, Standing
+from swarm.live_view import render
 from swarm.output import aligned
 from swarm.training_setup import summary
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from bus.messages import LlmCall
 from ledger.duckdb_store import LedgerStore
 from swarm.config import SwarmConfig
-from swarm.live_view import TOTALS_SQL, usd_of
+from swarm.live_snapshot import TOTALS_SQL, usd_of
 from swarm.web import pages
 from swarm.web.app import _Shared
 from swarm.web.source import FileSource, rows

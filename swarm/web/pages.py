@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from bus.messages import SHOWN_VERDICT_SQL
-from swarm.live_view import (
+from swarm.live_snapshot import (
     AGENTS_SQL,
     EXPERIMENTS_SQL,
     LEADERBOARD_SQL,

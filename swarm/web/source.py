@@ -14,7 +14,7 @@ import pyarrow as pa
 from nats.aio.client import Client
 
 from swarm.config import SwarmConfig
-from swarm.live_view import trainer_queues
+from swarm.live_snapshot import trainer_queues
 from swarm.sql_client import ask_ledger, read_file
 from swarm.workspace import Workspace
 
