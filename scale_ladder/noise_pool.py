@@ -4,19 +4,32 @@ champions before the current one (the racing prior: rules.py).
 Judging an idea needs σ_d pooled over every *other* idea run at its tier on its champion
 (rules.py). Recomputing that pool from every idea's runs at each judgement cost O(ideas) per
 verdict, so a champion that lived through n ideas cost O(n²): 17 of 25 seconds of a 30k-event
-replay. A pool keeps each idea's part (its Noise: squared deviations, degrees of freedom, pairs)
-and their totals; a new run changes one idea's part, a new baseline run changes them all (the
-pairs and the rounding scale are the baseline's), and leaving one idea out is a subtraction.
+replay. A pool keeps each idea's part (its Noise: squared deviations, degrees of freedom, pairs); a
+new run changes one idea's part, a new baseline run changes them all (the pairs and the
+rounding scale are the baseline's), and leaving one idea out pools the other parts (a sum of
+numbers kept, not a recomputation from runs).
 
-The squares are summed as exact fractions, not floats: a subtraction then gives exactly the sum
-of the others, whatever order the parts came in, so a replay, a snapshot and a live ladder pool
-bit-identically, and one idea with a huge spread cannot cancel the others' out of a float total.
+An idea's part counts at most CAP times the median idea's variance per pair. The pool assumes
+every idea's paired gains spread alike, and on a real target they do not: a recipe that
+diverges on one seed (its two paired gains 1.8 bpb apart) spreads a hundred times wider than
+the rest (0.002-0.06 bpb on the other ideas there).
+Pooled as it was, one such idea put σ_d at 0.57-0.73 bpb on bytelm's tier 0, where the
+baseline's spread said 0.02: every idea after it was "behind", including gains of 0.2-0.35 bpb
+as large as the best recipe Optuna found, and the swarm stacked nothing in 15 minutes
+(docs/benchmarks.md, "The real bytelm target"). A cap of 10 medians clips an honest idea's
+part rarely (a one-pair variance passes 4.5 times its σ² about 3% of the time) and by little,
+while an outlier counts as ten typical ideas, not as the whole pool. Each verdict is still on
+the pooled σ_d of the other ideas, and each tier above re-tests on fresh seeds.
+
+The pool is summed over its parts sorted, with math.fsum (correctly rounded), so a replay, a
+snapshot and a live ladder pool bit-identically whatever order the parts came in.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from scale_ladder import baselines
@@ -25,35 +38,37 @@ from scale_ladder.rules import Evidence, Noise, noise, paired_gains
 if TYPE_CHECKING:
     from scale_ladder.ladder import Ladder
 
+CAP = 10.0  # an idea's variance per pair counts at most this many times the median idea's
+
 
 @dataclass(slots=True)
 class NoisePool:
     parts: dict[str, Noise] = field(default_factory=dict)
-    squares: Fraction = Fraction(0)
-    dof: int = 0
-    pairs: int = 0
     stale: set[str] = field(default_factory=set)  # ideas whose part must be computed again
 
     def put(self, idea_id: str, part: Noise | None) -> None:
         """Set an idea's part (None: it has none, it is not run here)."""
-        old = self.parts.pop(idea_id, None)
-        if old is not None:
-            self.squares -= Fraction(old.squares)
-            self.dof -= old.dof
-            self.pairs -= old.pairs
+        self.parts.pop(idea_id, None)
         if part is not None and part.dof:
             self.parts[idea_id] = part
-            self.squares += Fraction(part.squares)
-            self.dof += part.dof
-            self.pairs += part.pairs
 
     def without(self, idea_id: str = "") -> Noise:
-        """The pooled noise of every idea but `idea_id`."""
-        part = self.parts.get(idea_id)
-        if part is None:
-            return Noise(float(self.squares), self.dof, self.pairs)
-        squares = float(self.squares - Fraction(part.squares))
-        return Noise(squares, self.dof - part.dof, self.pairs - part.pairs)
+        """The pooled noise of every idea but `idea_id`, each part capped (module docstring)."""
+        return capped([p for i, p in self.parts.items() if i != idea_id])
+
+
+def capped(parts: list[Noise]) -> Noise:
+    """The parts pooled, each counting at most CAP times the median part's variance per pair."""
+    if not parts:
+        return Noise()
+    per_pair = sorted(p.squares / p.dof for p in parts)
+    cap = CAP * statistics.median(per_pair)
+    kept = sorted(min(p.squares, cap * p.dof) for p in parts)
+    try:
+        squares = math.fsum(kept)
+    except OverflowError:  # metrics of 1e200 (a command prints any number): no measure
+        squares = math.inf
+    return Noise(squares, sum(p.dof for p in parts), sum(p.pairs for p in parts))
 
 
 @dataclass

@@ -30,9 +30,11 @@ from scale_ladder.runs import Runs
 from scale_ladder.spot_checks import Checks
 from scale_ladder.tiers import Tier
 
+# 4: the pooled noise caps each idea's part (noise_pool.py): a format-3 snapshot's cached
+# racing prior was pooled without the cap, so it is replayed instead.
 # 3: the state in parts (runs, intake, baselines, noise, promotion, lineage); a format-2
 # snapshot pickled one LadderState, which this build has not
-FORMAT = 3
+FORMAT = 4
 # What the state was folded under: a ladder configured otherwise decides otherwise.
 CONFIG_FIELDS = (
     "tiers",
