@@ -6,8 +6,7 @@ Judging an idea needs σ_d pooled over every *other* idea run at its tier on its
 verdict, so a champion that lived through n ideas cost O(n²): 17 of 25 seconds of a 30k-event
 replay. A pool keeps each idea's part (its Noise: squared deviations, degrees of freedom, pairs); a
 new run changes one idea's part, a new baseline run changes them all (the pairs and the
-rounding scale are the baseline's), and leaving one idea out pools the other parts (a sum of
-numbers kept, not a recomputation from runs).
+rounding scale are the baseline's), and leaving one idea out is a subtraction.
 
 An idea's part counts at most CAP times the median idea's variance per pair. The pool assumes
 every idea's paired gains spread alike, and on a real target they do not: a recipe that
@@ -21,15 +20,18 @@ part rarely (a one-pair variance passes 4.5 times its σ² about 3% of the time)
 while an outlier counts as ten typical ideas, not as the whole pool. Each verdict is still on
 the pooled σ_d of the other ideas, and each tier above re-tests on fresh seeds.
 
-The pool is summed over its parts sorted, with math.fsum (correctly rounded), so a replay, a
-snapshot and a live ladder pool bit-identically whatever order the parts came in.
+The totals are exact fractions, not floats, and the parts are kept sorted by their spread: a
+pool without one idea is the total less its part and less what the few parts above the cap
+have beyond it, the same number whatever order the parts came in, so a replay, a snapshot and
+a live ladder pool bit-identically, and a verdict costs O(log n + outliers), not O(n).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from scale_ladder import baselines
@@ -44,31 +46,54 @@ CAP = 10.0  # an idea's variance per pair counts at most this many times the med
 @dataclass(slots=True)
 class NoisePool:
     parts: dict[str, Noise] = field(default_factory=dict)
+    squares: Fraction = Fraction(0)
+    dof: int = 0
+    pairs: int = 0
+    # (variance per pair, idea) of every part, sorted: the median, and the parts above the cap
+    spreads: list[tuple[float, str]] = field(default_factory=list)
     stale: set[str] = field(default_factory=set)  # ideas whose part must be computed again
 
     def put(self, idea_id: str, part: Noise | None) -> None:
         """Set an idea's part (None: it has none, it is not run here)."""
-        self.parts.pop(idea_id, None)
+        old = self.parts.pop(idea_id, None)
+        if old is not None:
+            self.squares -= Fraction(old.squares)
+            self.dof -= old.dof
+            self.pairs -= old.pairs
+            del self.spreads[bisect.bisect_left(self.spreads, (old.squares / old.dof, idea_id))]
         if part is not None and part.dof:
             self.parts[idea_id] = part
+            self.squares += Fraction(part.squares)
+            self.dof += part.dof
+            self.pairs += part.pairs
+            bisect.insort(self.spreads, (part.squares / part.dof, idea_id))
 
     def without(self, idea_id: str = "") -> Noise:
-        """The pooled noise of every idea but `idea_id`, each part capped (module docstring)."""
-        return capped([p for i, p in self.parts.items() if i != idea_id])
+        """The pooled noise of every idea but `idea_id`, each part capped (module docstring):
+        the exact total, less what the few parts above the cap have beyond it."""
+        part = self.parts.get(idea_id)
+        squares, dof, pairs, skip = self.squares, self.dof, self.pairs, -1
+        if part is not None:
+            squares -= Fraction(part.squares)
+            dof, pairs = dof - part.dof, pairs - part.pairs
+            skip = bisect.bisect_left(self.spreads, (part.squares / part.dof, idea_id))
+        n = len(self.spreads) - (skip >= 0)
+        if n == 0:
+            return Noise()
 
+        def index(r: int) -> int:  # the r-th part of those pooled, in self.spreads
+            return r if skip < 0 or r < skip else r + 1
 
-def capped(parts: list[Noise]) -> Noise:
-    """The parts pooled, each counting at most CAP times the median part's variance per pair."""
-    if not parts:
-        return Noise()
-    per_pair = sorted(p.squares / p.dof for p in parts)
-    cap = CAP * statistics.median(per_pair)
-    kept = sorted(min(p.squares, cap * p.dof) for p in parts)
-    try:
-        squares = math.fsum(kept)
-    except OverflowError:  # metrics of 1e200 (a command prints any number): no measure
-        squares = math.inf
-    return Noise(squares, sum(p.dof for p in parts), sum(p.pairs for p in parts))
+        cap = CAP * (self.spreads[index((n - 1) // 2)][0] + self.spreads[index(n // 2)][0]) / 2
+        r = n - 1
+        while r >= 0 and self.spreads[index(r)][0] > cap:
+            over = self.parts[self.spreads[index(r)][1]]
+            squares -= Fraction(over.squares) - Fraction(cap) * over.dof
+            r -= 1
+        try:
+            return Noise(float(squares), dof, pairs)
+        except OverflowError:  # metrics of 1e200 (a command prints any number): no measure
+            return Noise(math.inf, dof, pairs)
 
 
 @dataclass

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import math
+import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ import pytest
 from bus.messages import Decision, RunResult, RunSpec, Verdict
 from scale_ladder import noise_pool
 from scale_ladder.ladder import Ladder
-from scale_ladder.noise_pool import earlier_noise, noise_at
+from scale_ladder.noise_pool import NoisePool, earlier_noise, noise_at
+from scale_ladder.rules import Noise
 from tests.ladder_sim import Sim, make_ladder, ok_result, ok_runner, started
 
 CHANGES = [f"LR = 1.0->LR = {lr}" for lr in ("1.3", "1.7", "2.2", "2.6", "3.0", "3.4")] + [
@@ -143,3 +146,27 @@ def test_metrics_past_what_a_square_can_hold_are_decided_not_a_crash(
     verdicts = {d.idea_id: d.verdict for d in decisions_of(sim)}
     assert verdicts["idea-wild"] is Verdict.REJECT and verdicts["idea-after"] is Verdict.REJECT
     assert noise_at(sim.ladder, 1, 0).sigma is not None  # the others' noise still pools
+
+
+def test_the_kept_pool_caps_as_the_plain_definition_does_in_any_order() -> None:
+    """The pool subtracts what parts above the cap have beyond it, from exact totals kept in
+    sorted order; pooling the capped parts afresh, in any order, must give the same σ_d."""
+    rng = random.Random(7)
+    parts = {
+        f"idea-{i}": Noise(rng.choice([0.01, 1.0, 400.0]) * rng.random() * d, d, d + 1)
+        for i, d in enumerate(rng.choice([1, 1, 1, 3]) for _ in range(40))
+    }
+    order = list(parts)
+    for _ in range(5):
+        rng.shuffle(order)
+        pool = NoisePool()
+        for idea_id in order:
+            pool.put(idea_id, Noise(1e9, 1, 2))  # replaced: its first part must leave no trace
+            pool.put(idea_id, parts[idea_id])
+        for left_out in ["", *order[:8]]:
+            rest = [p for i, p in parts.items() if i != left_out]
+            cap = noise_pool.CAP * statistics.median(p.squares / p.dof for p in rest)
+            plain = math.fsum(min(p.squares, cap * p.dof) for p in rest)
+            got = pool.without(left_out)
+            assert got.dof == sum(p.dof for p in rest) and got.pairs == sum(p.pairs for p in rest)
+            assert math.isclose(got.squares, plain, rel_tol=1e-12)
