@@ -85,11 +85,14 @@ class NoisePool:
             return r if skip < 0 or r < skip else r + 1
 
         cap = CAP * (self.spreads[index((n - 1) // 2)][0] + self.spreads[index(n // 2)][0]) / 2
+        beyond: list[float] = []  # what each part above the cap has beyond it
         r = n - 1
         while r >= 0 and self.spreads[index(r)][0] > cap:
             over = self.parts[self.spreads[index(r)][1]]
-            squares -= Fraction(over.squares) - Fraction(cap) * over.dof
+            beyond += [over.squares, -cap * over.dof]
             r -= 1
+        if beyond:  # fsum is correctly rounded: the same parts give the same sum in any order
+            squares -= Fraction(math.fsum(beyond))
         try:
             return Noise(float(squares), dof, pairs)
         except OverflowError:  # metrics of 1e200 (a command prints any number): no measure
