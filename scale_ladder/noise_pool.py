@@ -12,10 +12,10 @@ An idea's part counts at most CAP times the median idea's variance per pair. The
 every idea's paired gains spread alike, and on a real target they do not: a recipe that
 diverges on one seed (its two paired gains 1.8 bpb apart) spreads a hundred times wider than
 the rest (0.002-0.06 bpb on the other ideas there).
-Pooled as it was, one such idea put σ_d at 0.57-0.73 bpb on bytelm's tier 0, where the
-baseline's spread said 0.02: every idea after it was "behind", including gains of 0.2-0.35 bpb
-as large as the best recipe Optuna found, and the swarm stacked nothing in 15 minutes
-(docs/benchmarks.md, "The real bytelm target"). A cap of 10 medians clips an honest idea's
+Pooled as it was, one such idea put σ_d at 0.33-0.73 bpb on bytelm's tier 0, where the
+baseline's spread said 0.02: gains of 0.2-0.27 bpb, as large as the best recipe Optuna found,
+were then inside the noise gate (one rejected at the seed cap, two still asking for seeds), and
+the swarm stacked nothing in 15 minutes (docs/benchmarks.md, "The real bytelm target"). A cap of 10 medians clips an honest idea's
 part rarely (a one-pair variance passes 4.5 times its σ² about 3% of the time) and by little,
 while an outlier counts as ten typical ideas, not as the whole pool. Each verdict is still on
 the pooled σ_d of the other ideas, and each tier above re-tests on fresh seeds.
