@@ -117,15 +117,16 @@ def _opt_str(value: Path | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    terminal = logging.StreamHandler(sys.stderr)
     if args.command == "start" and not args.verbose:
         # The terminal is the live view's: what the supervisor logs goes to the workspace's
         # start.log (start.log_to_file); a warning still shows here.
-        logging.getLogger().handlers[0].setLevel(logging.WARNING)
+        terminal.setLevel(logging.WARNING)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[terminal],
+    )
     try:
         if args.command == "init":
             print(_init(args, Path.cwd()))
