@@ -4,21 +4,21 @@ champions before the current one (the racing prior: rules.py).
 Judging an idea needs σ_d pooled over every *other* idea run at its tier on its champion
 (rules.py). Recomputing that pool from every idea's runs at each judgement cost O(ideas) per
 verdict, so a champion that lived through n ideas cost O(n²): 17 of 25 seconds of a 30k-event
-replay. A pool keeps each idea's part (its Noise: squared deviations, degrees of freedom, pairs); a
-new run changes one idea's part, a new baseline run changes them all (the pairs and the
-rounding scale are the baseline's), and leaving one idea out is a subtraction.
+replay. A pool keeps each idea's part (its Noise: squared deviations, degrees of freedom,
+pairs); a new run changes one idea's part, a new baseline run changes them all (the pairs and
+the rounding scale are the baseline's), and leaving one idea out is a subtraction.
 
 An idea's part counts at most CAP times the median idea's variance per pair. The pool assumes
 every idea's paired gains spread alike, and on a real target they do not: a recipe that
 diverges on one seed (its two paired gains 1.8 bpb apart) spreads a hundred times wider than
-the rest (0.002-0.06 bpb on the other ideas there).
-Pooled as it was, one such idea put σ_d at 0.33-0.73 bpb on bytelm's tier 0, where the
-baseline's spread said 0.02: gains of 0.2-0.27 bpb, as large as the best recipe Optuna found,
-were then inside the noise gate (one rejected at the seed cap, two still asking for seeds), and
-the swarm stacked nothing in 15 minutes (docs/benchmarks.md, "The real bytelm target"). A cap of 10 medians clips an honest idea's
-part rarely (a one-pair variance passes 4.5 times its σ² about 3% of the time) and by little,
-while an outlier counts as ten typical ideas, not as the whole pool. Each verdict is still on
-the pooled σ_d of the other ideas, and each tier above re-tests on fresh seeds.
+the rest (0.002-0.06 bpb on the other ideas there). Pooled as it was, one such idea put σ_d at
+0.33-0.73 bpb on bytelm's tier 0, where the baseline's spread said 0.02: gains of 0.2-0.27
+bpb, as large as the best recipe Optuna found, were then inside the noise gate (one rejected at
+the seed cap, two still asking for seeds), and the swarm stacked nothing in 15 minutes
+(docs/benchmarks.md, "The real bytelm target"). A cap of 10 medians clips an honest idea's part
+rarely (a one-pair variance passes 4.5 times its σ² about 3% of the time) and by little, while
+an outlier counts as ten typical ideas, not as the whole pool. Each verdict is still on the
+pooled σ_d of the other ideas, and each tier above re-tests on fresh seeds.
 
 The totals are exact fractions, not floats, and the parts are kept sorted by their spread: a
 pool without one idea is the total less its part and less what the few parts above the cap
