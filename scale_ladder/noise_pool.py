@@ -60,13 +60,13 @@ class NoisePool:
             self.squares -= Fraction(old.squares)
             self.dof -= old.dof
             self.pairs -= old.pairs
-            del self.spreads[bisect.bisect_left(self.spreads, (old.squares / old.dof, idea_id))]
+            del self.spreads[bisect.bisect_left(self.spreads, _spread(idea_id, old))]
         if part is not None and part.dof:
             self.parts[idea_id] = part
             self.squares += Fraction(part.squares)
             self.dof += part.dof
             self.pairs += part.pairs
-            bisect.insort(self.spreads, (part.squares / part.dof, idea_id))
+            bisect.insort(self.spreads, _spread(idea_id, part))
 
     def without(self, idea_id: str = "") -> Noise:
         """The pooled noise of every idea but `idea_id`, each part capped (module docstring):
@@ -76,7 +76,7 @@ class NoisePool:
         if part is not None:
             squares -= Fraction(part.squares)
             dof, pairs = dof - part.dof, pairs - part.pairs
-            skip = bisect.bisect_left(self.spreads, (part.squares / part.dof, idea_id))
+            skip = bisect.bisect_left(self.spreads, _spread(idea_id, part))
         n = len(self.spreads) - (skip >= 0)
         if n == 0:
             return Noise()
@@ -97,6 +97,11 @@ class NoisePool:
             return Noise(float(squares), dof, pairs)
         except OverflowError:  # metrics of 1e200 (a command prints any number): no measure
             return Noise(math.inf, dof, pairs)
+
+
+def _spread(idea_id: str, part: Noise) -> tuple[float, str]:
+    """A part's place in NoisePool.spreads: one computation, so a removal finds what was put."""
+    return part.squares / part.dof, idea_id
 
 
 @dataclass

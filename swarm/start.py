@@ -32,7 +32,7 @@ from bus.embedded_server import (
 from bus.nats_bus import BusSettings, connect
 from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
-from ledger.duckdb_store import LedgerLocked, open_database
+from ledger.sql_protocol import SqlError
 from recipes.store import recipe_bucket
 from swarm.champion_health import broken_champion
 from swarm.config import ConfigError, SwarmConfig, dump_config, listen_address, with_overrides
@@ -43,6 +43,7 @@ from swarm.ladder_process import make_ladder, target_info
 from swarm.live_snapshot import gather_snapshot
 from swarm.live_view import LiveView
 from swarm.preflight import check_confinement, check_llm
+from swarm.sql_client import LedgerUnavailable, read_file
 from swarm.supervisor import ManagedProcess
 from swarm.trainer_plan import gpu_count, trainer_envs, visible_gpus
 from swarm.workspace import Workspace
@@ -72,16 +73,9 @@ def check_limit_left(config: SwarmConfig, workspace: Workspace) -> None:
     if not limit or workspace.is_running() or not workspace.ledger_path.exists():
         return  # a running swarm is refused by its lock, below, with its own message
     try:
-        con = open_database(workspace.ledger_path, read_only=True)
-    except (LedgerLocked, duckdb.Error):
+        done = read_file(workspace, config, "SELECT count(*) AS n FROM runs").table["n"][0].as_py()
+    except (LedgerUnavailable, SqlError, duckdb.Error):
         return  # the ledger process will say what is wrong with it
-    try:
-        rows = con.sql("SELECT count(*) FROM runs").fetchall()
-    except duckdb.Error:
-        return
-    finally:
-        con.close()
-    done = int(rows[0][0])
     if done >= limit:
         raise SwarmError(
             f"{workspace.root} already holds {done} experiments, and the limit is {limit} "
