@@ -29,6 +29,7 @@ VARIANTS: dict[str, tuple[bool, str, sandbox.SyscallRules | None]] = {
     "shipped": (True, "", G),
     "with connect, sends": (True, "", replace(G, connects=True)),  # and sends by address
     "no memfd": (True, "", replace(G, memfd=False)),
+    "no bind": (True, "", replace(G, binds=False)),  # if OK, GPU_EXPERIMENT can deny bind too
     "cpu rules": (True, "", sandbox.EXPERIMENT),
     "no task writes": (True, "/proc/self/task", G),
     "no device reads": (True, "device reads", G),

@@ -22,8 +22,14 @@ pooled σ_d of the other ideas, and each tier above re-tests on fresh seeds.
 
 The totals are exact fractions, not floats, and the parts are kept sorted by their spread: a
 pool without one idea is the total less its part and less what the few parts above the cap
-have beyond it, the same number whatever order the parts came in, so a replay, a snapshot and
-a live ladder pool bit-identically, and a verdict costs O(log n + outliers), not O(n).
+have beyond it (exact too: a float sum of parts near 1e308 overflowed), the same number
+whatever order the parts came in, so a replay, a snapshot and a live ladder pool
+bit-identically, and a verdict costs O(log n + outliers), not O(n).
+
+The median can be steered: a researcher sending more near no-op ideas (tiny, steady paired
+gains) than the others send ideas becomes the median and clips every honest part towards 0
+(a red team, 2026-11-28: docs/reliability.md, open). A reference no idea can shape, the
+baseline's own spread, bounds outliers loosely where pairing removes most of the noise.
 """
 
 from __future__ import annotations
@@ -85,14 +91,13 @@ class NoisePool:
             return r if skip < 0 or r < skip else r + 1
 
         cap = CAP * (self.spreads[index((n - 1) // 2)][0] + self.spreads[index(n // 2)][0]) / 2
-        beyond: list[float] = []  # what each part above the cap has beyond it
         r = n - 1
         while r >= 0 and self.spreads[index(r)][0] > cap:
+            # What a part above the cap has beyond it, exactly: a float sum of parts near
+            # 1e308 overflows (a red team crashed the ladder so, at every restart).
             over = self.parts[self.spreads[index(r)][1]]
-            beyond += [over.squares, -cap * over.dof]
+            squares -= Fraction(over.squares) - Fraction(cap) * over.dof
             r -= 1
-        if beyond:  # fsum is correctly rounded: the same parts give the same sum in any order
-            squares -= Fraction(math.fsum(beyond))
         try:
             return Noise(float(squares), dof, pairs)
         except OverflowError:  # metrics of 1e200 (a command prints any number): no measure

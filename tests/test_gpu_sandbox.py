@@ -61,6 +61,13 @@ def own_pair():
     assert b.recv(1) == b"x"
     a.close(), b.close()
 attempt("own socket pair", own_pair)
+def publish():
+    a, b = socket.socketpair()
+    try:
+        a.bind(b"\\0research-swarm-red-team-" + os.urandom(4).hex().encode())
+    finally:
+        a.close(), b.close()
+attempt("abstract name", publish)
 attempt("udp socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close())
 attempt("memfd", memfd)
 attempt("fork", fork)
@@ -105,6 +112,7 @@ def test_cuda_experiments_may_make_unix_sockets_and_memfds_and_nothing_more(
         "datagram by address": "denied",  # nor any datagram sent out (syslog's socket)
         "datagram by message": "denied",
         "own socket pair": "allowed",  # a pair is connected to nothing but itself
+        "abstract name": "allowed",  # open until a GPU shows CUDA starts without bind
         "udp socket": "denied",
         "memfd": "allowed",
         "fork": "denied",

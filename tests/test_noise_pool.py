@@ -170,3 +170,38 @@ def test_the_kept_pool_caps_as_the_plain_definition_does_in_any_order() -> None:
             got = pool.without(left_out)
             assert got.dof == sum(p.dof for p in rest) and got.pairs == sum(p.pairs for p in rest)
             assert math.isclose(got.squares, plain, rel_tol=1e-12)
+
+
+def test_parts_near_the_largest_float_are_capped_not_a_crash(tmp_path: Path) -> None:
+    """Two ideas whose paired gains spread about 1e308 each (a command target printed
+    1.8e154 after a first seed that kept its verdict open): the float sum of what they have
+    beyond the cap overflowed, and the ladder raised at every act, after a restart too."""
+    sim = started(make_ladder(tmp_path))
+    first = sim.ladder.seed(0, 0)
+
+    def wild(spec: RunSpec, source: str) -> RunResult:
+        result = ok_runner(spec, source)
+        if spec.idea_id.startswith("idea-wild") and result.metric is not None:
+            if spec.seed == first:
+                baseline = sim.ladder.champions[spec.champion_version].source
+                return ok_result(spec, ok_runner(spec, baseline).metric - 0.0015)  # type: ignore[operator]
+            return ok_result(spec, 1.8e154)
+        return result
+
+    sim.runner = wild
+    for i, change in enumerate(LOSERS):
+        sim.propose(f"idea-{i}", change)
+        sim.run_all()
+    for k in range(2):
+        sim.propose(f"idea-wild-{k}", f"WD = 0.1->WD = 0.1{k + 1}")
+        sim.run_all()
+    pool = sim.ladder.noise.pools[(1, 0)]
+    assert sum(1 for spread, _ in pool.spreads if spread > 1e300) == 2  # what overflowed
+    sim.propose("idea-after", "WD = 0.1->WD = 0.9")
+    sim.run_all()
+    assert any(d.idea_id == "idea-after" for d in decisions_of(sim))
+    replayed = make_ladder(tmp_path)
+    for message in sim.log:  # what a restart does
+        replayed.observe(message)
+    replayed.act()
+    assert noise_at(replayed, 1, 0) == noise_at(sim.ladder, 1, 0)

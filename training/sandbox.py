@@ -10,7 +10,8 @@ Applied in the experiment's own process, before any recipe code is imported:
 - seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
   socket() at all (Landlock only covers TCP; a socketpair, connected to nothing but itself, is
   allowed), no memfd on the CPU (memory outside the address-space limit); on CUDA a Unix
-  socket and a memfd, which its driver makes at start, but never connect(),
+  socket and a memfd, which its driver makes at start, but never connect(); no bind() or
+  listen() on the CPU (an abstract Unix name is a message other processes can read),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
   process, no SysV IPC, keyring or memfd_secret (state that outlives the run), no probing or
   evicting the page cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise
@@ -226,6 +227,7 @@ class _Abi:
     shared_state: tuple[int, ...] = ()
     prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
     connect: int = -1
+    binds: tuple[int, ...] = ()  # bind, listen
     sendto: int = -1  # without connects: only on a connected socket (no address given)
     sends_by_message: tuple[int, ...] = ()  # sendmsg, sendmmsg: an address the filter cannot read
     # What reads or steers the page cache: mincore, cachestat, fadvise64, readahead, preadv2 and
@@ -251,6 +253,7 @@ _ABIS = {
         namespaces=(272, 308),
         prlimit=302,
         connect=42,
+        binds=(49, 50),
         sendto=44,
         sends_by_message=(46, 307),
         shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
@@ -270,6 +273,7 @@ _ABIS = {
         namespaces=(97, 268),
         prlimit=261,
         connect=203,
+        binds=(200, 201),
         sendto=206,
         sends_by_message=(211, 269),
         shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
@@ -298,17 +302,23 @@ class SyscallRules:
     # sockets allowed, a pathname socket anywhere the user can reach (a container runtime's, an
     # agent's, syslog's) would be reachable: Landlock has no rule for it
     connects: bool = True
+    # bind(), listen(): a name other processes can find. An abstract Unix name needs no file,
+    # so Landlock cannot stop it, and its very existence is a message: a red team published
+    # bytes as names from one confined run and read them in another (from /proc/net/unix, or
+    # by binding the name and getting "in use"), the evaluation stage included.
+    binds: bool = True
     page_cache: bool = False  # probing or evicting the page cache (see _Abi.page_cache)
 
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
-EXPERIMENT = SyscallRules()
+EXPERIMENT = SyscallRules(binds=False)
 # On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
 # H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
 # machine's driver needs). It may neither connect one nor send by address: nothing outside is
 # reachable through it. (CUDA started on an H200 with connect denied; with the sends denied too
 # it has not yet run on a GPU: bench/cuda_sandbox.py checks it.)
 # CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
+# bind stays allowed until a GPU shows CUDA starts without it (bench/cuda_sandbox.py, "no bind").
 GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False)
 # A command target runs a shell and its toolchain (which keeps Unix sockets).
 COMMAND = SyscallRules(forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True)
@@ -337,6 +347,7 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [abi.memfd] if not rules.memfd else []
     denied += [*abi.page_cache] if not rules.page_cache else []
     denied += [abi.connect, *abi.sends_by_message] if not rules.connects else []
+    denied += [*abi.binds] if not rules.binds else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
