@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from bus.messages import ChampionChange, RunSpec, Verdict
 from recipes.fixed import moved_fixed
 from recipes.identity import fingerprint, recipe_sha
+from scale_ladder import direct_entries
 from scale_ladder.admission import MAX_HYPOTHESIS_CHARS, NotAdmitted, patched_source, rebase
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.near_duplicates import PatchChange, nearest, patch_change
@@ -114,7 +115,8 @@ def admit(ladder: Ladder, state: IdeaState) -> None:
         return
     if is_duplicate(ladder, state, patch):
         return
-    ladder.request(state.idea.idea_id, current, 0, patch, 1)
+    entry = direct_entries.entry_tier(ladder, idea.idea_id, current)
+    ladder.request(idea.idea_id, current, entry, patch, 1)
 
 
 def _second_look(ladder: Ladder, state: IdeaState, patch: str) -> None:

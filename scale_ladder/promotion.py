@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bus.messages import Decision, RunStatus, Verdict, is_spot_check
-from scale_ladder import baselines
+from scale_ladder import baselines, direct_entries
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.noise_pool import sigma_for
-from scale_ladder.rules import Evidence, Outcome, decide
+from scale_ladder.rules import Evidence, Outcome, PromotionRule, decide
 from scale_ladder.spot_checks import Checks, spot_check
 
 if TYPE_CHECKING:
@@ -66,6 +66,12 @@ class Promotion:
             self.entered[(idea_id, version, tier + 1)] = sent_on
             if not sent_on and self.passed_below(idea_id, version, tier):
                 self.gated.add((idea_id, version, tier + 1))
+
+    def entered_directly(self, state: IdeaState) -> bool:
+        """The idea is at its tier on its champion neither by a promotion from the tier below
+        nor as a second look: the ladder sent it there fresh (direct_entries.py)."""
+        key = (state.idea.idea_id, state.version, state.tier)
+        return state.tier > 0 and not state.idea.entry_tier and key not in self.entered
 
     def passed_below(self, idea_id: str, version: int, tier: int) -> bool:
         """The idea reached `tier` on `version` through every gate below it: a spot check or a
@@ -135,10 +141,17 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
     pairs = baselines.pairs(ladder, state.version, state.tier, wanted)
     if pairs is None:
         return  # the baseline of a seed is still coming (or will be tried again)
-    outcome = decide(ladder.tiers[state.tier].rule, _evidence(ladder, state))
+    outcome = decide(rule_of(ladder, state), _evidence(ladder, state))
     if outcome.verdict is Verdict.HELD:
         return  # the baseline ignores its seed: wait, undecided (baselines.py says why)
     _apply(ladder, state, outcome, pairs)
+
+
+def rule_of(ladder: Ladder, state: IdeaState) -> PromotionRule:
+    """The rule the idea meets at its tier: the tier's, stricter where it entered directly."""
+    if ladder.promotion.entered_directly(state):
+        return direct_entries.entry_rule(ladder.tiers, state.tier)
+    return ladder.tiers[state.tier].rule
 
 
 def _evidence(ladder: Ladder, state: IdeaState) -> Evidence:
@@ -169,6 +182,8 @@ def _apply(ladder: Ladder, state: IdeaState, outcome: Outcome, pairs: dict[int, 
     rule = ladder.tiers[state.tier].rule
     wanted = min(outcome.seeds_wanted + have - len(pairs), 2 * rule.max_seeds)
     verdict, why = outcome.verdict, outcome.rule
+    if ladder.promotion.entered_directly(state):
+        why = f"{direct_entries.describe(ladder.tiers, state.tier)}: {why}"
     if verdict is Verdict.RETEST and wanted <= have:
         verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
     # A spot check (spot_checks.py) may send a reject on, if it skipped no gate below.

@@ -99,6 +99,10 @@ class PromotionRule:
     # The least share of the rules' rejects here sent on to the next tier anyway, to learn
     # whether this tier's gate predicts the next one (spot_checks.py); 0: none.
     spot_checks: float = 0.0
+    # The most of fresh ideas sent straight to this tier, skipping those below, while the tier
+    # below misleads (its promotions fail here more often than they pass: direct_entries.py);
+    # 0: none. Never at tier 0, where every idea enters anyway.
+    direct_entries: float = 0.0
     # The top tier's, when a tier below it screens (tiers.py sets it): its PROMOTE stacks, and
     # it is then the one gate between an idea and the champion. A win there is confirmed on a
     # second seed, and judged on the larger of the pooled σ_d and the idea's own spread: an idea

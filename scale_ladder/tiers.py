@@ -114,6 +114,7 @@ _RULE_FIELDS: dict[str, type] = {
     "cold_start": int,
     "max_seeds": int,
     "spot_checks": float,
+    "direct_entries": float,
 }
 _OPTIONAL_FIELDS: dict[str, type] = {"max_concurrent": int, "deterministic": bool}
 _COMMAND_FIELDS: dict[str, type] = {"budget_kind": str, "dials": dict}
@@ -127,9 +128,9 @@ class LadderConfig:
     near_duplicate_similarity: float = NEAR_DUPLICATE_SIMILARITY
 
 
-# Rule keys that may be 0: the rank gate and spot checks off, and a screening tier (sigmas = 0,
-# rules.py); the rest must be positive.
-_MAY_BE_ZERO = ("top_fraction", "spot_checks", "sigmas")
+# Rule keys that may be 0: the rank gate, spot checks and direct entries off, and a screening
+# tier (sigmas = 0, rules.py); the rest must be positive.
+_MAY_BE_ZERO = ("top_fraction", "spot_checks", "sigmas", "direct_entries")
 
 
 def load_ladder(path: Path | None = None, target: str = "bytelm") -> LadderConfig:
@@ -163,6 +164,11 @@ def ladder_from(data: dict[str, Any], path: str, target: str = "bytelm") -> Ladd
     if not isinstance(tiers, list) or not tiers:
         raise LadderConfigError(f"{path}: no [[tier]] tables")
     built = [_tier(i, raw, path, target) for i, raw in enumerate(tiers)]
+    if built[0].rule.direct_entries:
+        raise LadderConfigError(
+            f"{path}: tier[0].direct_entries must be 0: every idea enters tier 0 unless a tier "
+            "above sends it straight there (set it on the tiers above)"
+        )
     top = built[-1]
     if not top.rule.deterministic:
         if top.rule.sigmas < 1:
@@ -261,6 +267,10 @@ def _tier(index: int, raw: Any, path: str, target: str) -> Tier:
         raise LadderConfigError(f"{where}.top_fraction must be in [0, 1), got {rule.top_fraction}")
     if not 0 <= rule.spot_checks <= 1:
         raise LadderConfigError(f"{where}.spot_checks must be in [0, 1], got {rule.spot_checks}")
+    if not 0 <= rule.direct_entries <= 1:
+        raise LadderConfigError(
+            f"{where}.direct_entries must be in [0, 1], got {rule.direct_entries}"
+        )
     kinds = ("tokens", "seconds", "units") if command else ("tokens", "seconds")
     kind = raw.get("budget_kind", "units")
     if kind not in kinds:
