@@ -61,7 +61,12 @@ def share(checks: Checks, most: float) -> float:
 
 def entry_tier(ladder: Ladder, idea_id: str, version: int) -> int:
     """Where a fresh idea on `version` starts: the highest tier whose draw falls below its
-    share, else 0."""
+    share, else 0; in a replay of a record, where the record has it, if that tier still takes
+    direct entries (the share at admission follows verdicts whose timing a replay cannot
+    reproduce, which would turn the record's runs into runs nobody made)."""
+    recorded = ladder.recorded_entries.get(idea_id)
+    if recorded is not None:
+        return recorded if ladder.tiers[recorded].rule.direct_entries > 0 else 0
     for tier in range(ladder.top, 0, -1):
         fraction = share(ladder.promotion.checks[tier - 1], ladder.tiers[tier].rule.direct_entries)
         if fraction > 0 and draw(ladder.seed_secret, f"entry/{idea_id}", version, tier) < fraction:

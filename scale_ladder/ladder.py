@@ -66,6 +66,9 @@ class Ladder:
     fixed: frozenset[str] = frozenset()
     # keys the tiers' seeds (seeds.py): the swarm's own, from its workspace; never shown
     seed_secret: bytes = field(default=DEFAULT_SEED_SECRET, repr=False)
+    # idea -> the tier a recorded ladder sent it to fresh (direct_entries.py): a replay of the
+    # record under other settings (whatif.py) enters it there, not where its own draws say
+    recorded_entries: Mapping[str, int] = field(default_factory=dict)
     ideas: dict[str, IdeaState] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     # the seeds asked for and the results in, which every part reads (runs.py)

@@ -86,11 +86,22 @@ def recorded(messages: Sequence[Message]) -> History:
 def decide_again(messages: Sequence[Message], ladder: Ladder) -> History:
     """The history decided by `ladder` (fresh, with other tiers' rules) from the recorded ideas,
     answering its runs from the recorded ones. `messages` in stream order (ledger.readback)."""
+    ladder.recorded_entries = direct_entries_of(messages, len(ladder.tiers))
     replay = _Replay(ladder, _run_names(messages, ladder.editable))
     for message in messages:
         replay.take(message)
     replay.finish()
     return replay.history
+
+
+def direct_entries_of(messages: Sequence[Message], tiers: int) -> dict[str, int]:
+    """idea -> the tier the recorded ladder sent it to fresh (its first RunSpec above tier 0,
+    not a second look): where a replay enters it (direct_entries.entry_tier)."""
+    second_looks = {m.idea_id for m in messages if isinstance(m, Idea) and m.entry_tier}
+    first: dict[str, int] = {}
+    for spec in (m for m in messages if isinstance(m, RunSpec) and m.idea_id):
+        first.setdefault(spec.idea_id, spec.tier)
+    return {i: tier for i, tier in first.items() if 0 < tier < tiers and i not in second_looks}
 
 
 def _run_names(messages: Sequence[Message], editable: str) -> dict[str, RunName]:

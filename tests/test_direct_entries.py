@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from bus.messages import Decision, RunSpec, Verdict
-from scale_ladder.direct_entries import DIRECT_ENTRY, MIN_DECIDED, entry_rule
+from scale_ladder.direct_entries import DIRECT_ENTRY, MIN_DECIDED, entry_rule, entry_tier
 from scale_ladder.ladder import Ladder
 from scale_ladder.rules import Evidence, decide
 from scale_ladder.tiers import LadderConfigError, load_tiers
+from scale_ladder.whatif import compare, decide_again, recorded
 from tests.ladder_sim import RECIPE, SIM_LADDER, Sim
 from tests.test_spot_checks import honest_runner, misleading_runner
 
@@ -122,3 +123,25 @@ def test_a_bad_setting_is_refused_with_its_reason(
     with pytest.raises(LadderConfigError, match=r"direct_entries") as error:
         load_tiers(path)
     assert says in str(error.value)
+
+
+def test_a_what_if_enters_ideas_where_the_record_did_while_its_tier_takes_them(
+    tmp_path: Path,
+) -> None:
+    """`swarm whatif` decides a record again: under the recorded settings it enters each idea
+    where the live ladder did (its draws followed verdicts whose timing a replay cannot
+    reproduce), so it asks for the runs that were made; with direct entries off, at tier 0."""
+    unmeasured = ladder_with(tmp_path, "direct_entries = 1.0\n")  # no proxy measured yet
+    unmeasured.recorded_entries = {"idea-x": 1}
+    assert entry_tier(unmeasured, "idea-x", 1) == 1 and entry_tier(unmeasured, "idea-y", 1) == 0
+    (tmp_path / "made").mkdir()
+    sim = swarm(tmp_path / "made", misleading_runner)
+    record = recorded(sim.log)
+    for top, entered in (("direct_entries = 1.0\n", True), ("", False)):
+        (tmp_path / "again").mkdir(exist_ok=True)
+        again = decide_again(sim.log, ladder_with(tmp_path / "again", top))
+        report = compare(record, again, sim.ladder.tiers)
+        if entered:
+            assert all(t.same == t.decided and t.unmeasured == 0 for t in report.tiers)
+        else:  # every idea starts at tier 0, where the direct entries were never run
+            assert report.tiers[0].unmeasured > 0
