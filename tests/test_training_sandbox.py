@@ -511,11 +511,29 @@ def test_probe_batches_look_like_real_ones_and_move_between_evaluations() -> Non
         for index in probes:
             rows = {bytes(row.tolist()) for row in evaluation.batches[index]}
             assert len(rows) == len(evaluation.batches[index]) == EVAL_BATCH
-        for index, (probe, twin_row) in evaluation._probe_batch.items():
-            own = evaluation._windows()[evaluation._probes[probe][0]]
+        for index, twins in evaluation._probe_batch.items():
             batch = evaluation.batches[index]
-            assert not any(torch.equal(row, own) for i, row in enumerate(batch) if i != twin_row)
+            for probe, _ in twins:  # no twin's own window travels with it
+                own = evaluation._windows()[evaluation._probes[probe][0]]
+                assert not any(torch.equal(row, own) for row in batch)
     assert len(places) > 1
+
+
+def test_every_twin_diverges_right_after_its_split() -> None:
+    """A replaying peeker passed one evaluation in 150 (and a CI run) when a twin's first new
+    byte happened to equal its window's: the probe then checked a prefix that had not yet
+    diverged. On a val split of two bytes that is every other draw without the rule."""
+    val = torch.randint(0, 2, (50_000,), dtype=torch.uint8)
+    for _ in range(20):
+        evaluation = Evaluation(val, 32, 4096)
+        windows = evaluation._windows()
+        assert len(evaluation._probes) == 8
+        for index, twins in evaluation._probe_batch.items():
+            for probe, row in twins:
+                window, split = evaluation._probes[probe]
+                twin = evaluation.batches[index][row]
+                assert torch.equal(twin[: split + 1], windows[window][: split + 1])
+                assert twin[split + 1] != windows[window][split + 1]
 
 
 def test_only_the_runner_writes_its_notes_into_a_log(tmp_path: Path) -> None:

@@ -4,13 +4,16 @@ Runs in the trusted runner process. The experiment only ever sees the input byte
 and returns logits; the loss, the number of scored bytes and the metric are computed here.
 
 A model that peeks at later bytes in its window (non-causal attention, or any trick that reads
-the future inputs) would score far too well. Causality probes catch it: a few "twin" windows
-share a prefix with a real window and then diverge at a random point; a causal model's
-predictions over the shared prefix are identical for both. Twins travel in separate batches
-among the real ones, at places drawn afresh for each evaluation, so the model cannot compare them
-side by side, and a probe batch looks like any other (the same size, the twin at a random row
-among distinct windows of the val split): a red team noted that a model could be causal only in
-batches of one, which is what probes used to be, and another told them by a repeated row.
+the future inputs) would score far too well. Causality probes catch it: "twin" windows share a
+prefix with a real window and then diverge at a random point, with a byte that differs; a causal
+model's predictions over the shared prefix are identical for both. Twins travel in separate
+batches among the real ones, at places drawn afresh for each evaluation, so the model cannot
+compare them side by side, and a probe batch looks like any other (the same size, the twins at
+random rows among distinct windows of the val split): a red team noted that a model could be
+causal only in batches of one, which is what probes used to be, and another told them by a
+repeated row. Eight twins (of distinct windows) per evaluation: a model that peeks on only a
+share of its windows is caught unless none of the eight is one of them
+(`python -m bench.probe_misses` measures the misses).
 Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
 to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
 Each batch is answered by a fresh process (fresh_eval.py), so a model cannot remember a real
@@ -31,7 +34,8 @@ import torch.nn.functional as F
 from training.protocol import VOCAB
 
 EVAL_BATCH = 32  # windows per batch: one fresh evaluation process each (fresh_eval.py)
-PROBES = 2  # twin windows per evaluation
+PROBE_BATCHES = 2  # batches of twins per evaluation, one fresh process each
+TWINS_PER_BATCH = 4  # twins of distinct windows per probe batch, among real windows as covers
 PROBE_TOLERANCE = 1e-3  # max |Δ log-probability| over the shared prefix for a causal model
 
 
@@ -55,9 +59,8 @@ class Evaluation:
     nats: float = 0.0
     scored: int = 0
     _first_window: dict[int, int] = field(default_factory=dict)  # real batch -> window index
-    _probe_batch: dict[int, tuple[int, int]] = field(default_factory=dict)  # -> probe, row
+    _probe_batch: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # probe, row
     _probes: list[tuple[int, int]] = field(default_factory=list)  # (window index, split)
-    _probe_row: list[int] = field(default_factory=list)  # the twin's row in its batch
     _logits: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -66,33 +69,49 @@ class Evaluation:
         # The probes are not scored, so they are drawn afresh for each evaluation: nothing
         # learned of one run's probes says where the next run's are, or what they hold.
         rng = random.Random(os.urandom(16))
-        order: list[tuple[torch.Tensor, int | None]] = [(batch, None) for batch in real]
-        for probe in range(PROBES):
-            index = rng.randrange(len(windows))
-            split = rng.randrange(1, self.context - 1)
-            donor = rng.randrange(len(self.val) - self.context - 1)
-            twin = windows[index].clone()
-            twin[split + 1 :] = self.val[donor : donor + self.context - split]
-            self._probes.append((index, split))
-            # The twin at a random row among other windows of the val split, as many as a real
+        order: list[tuple[torch.Tensor, list[tuple[int, int]]]] = [(b, []) for b in real]
+        unprobed = list(range(len(windows)))
+        for _ in range(PROBE_BATCHES):
+            twinned = rng.sample(unprobed, min(TWINS_PER_BATCH, len(real[0]), len(unprobed)))
+            unprobed = [i for i in unprobed if i not in twinned]
+            # The twins at random rows among other windows of the val split, as many as a real
             # batch holds and all different, as a real batch's are (a red team told probe
-            # batches by a repeated row); never its own window, which the model could compare.
-            size = len(real[0])
-            others = [i for i in range(len(windows)) if i != index] or [index]
-            picked = rng.sample(others, size - 1) if len(others) >= size - 1 else others
-            row = rng.randrange(len(picked) + 1)
-            cover = [windows[i] for i in picked]
-            batch = torch.stack([*cover[:row], twin, *cover[row:]])
-            order.insert(rng.randrange(len(order) + 1), (batch, probe))
-            self._probe_row.append(row)
+            # batches by a repeated row); never a twin's own window, which the model could
+            # compare it with.
+            others = [i for i in range(len(windows)) if i not in twinned]
+            cover = [
+                windows[i]
+                for i in rng.sample(others, min(len(others), len(real[0]) - len(twinned)))
+            ]
+            rows = sorted(rng.sample(range(len(cover) + len(twinned)), len(twinned)))
+            probes = []
+            for row, index in zip(rows, twinned, strict=True):
+                cover.insert(row, self._twin(windows[index], index, rng))
+                probes.append((len(self._probes) - 1, row))
+            order.insert(rng.randrange(len(order) + 1), (torch.stack(cover), probes))
         first = 0
-        for windows_of, which in order:
-            if which is None:
+        for windows_of, probes in order:
+            if probes:
+                self._probe_batch[len(self.batches)] = probes
+            else:
                 self._first_window[len(self.batches)] = first
                 first += len(windows_of)
-            else:
-                self._probe_batch[len(self.batches)] = (which, self._probe_row[which])
             self.batches.append(windows_of)
+
+    def _twin(self, window: torch.Tensor, index: int, rng: random.Random) -> torch.Tensor:
+        """`window` up to a random split, then bytes from elsewhere in the val split. The first
+        byte after the split always differs from the window's own: a replaying peeker passed
+        1.5% of evaluations when the donor happened to start with the same byte (and the
+        probe then checked a prefix that had not diverged yet)."""
+        for _ in range(1000):
+            split = rng.randrange(1, self.context - 1)
+            donor = rng.randrange(len(self.val) - self.context - 1)
+            if self.val[donor] != window[split + 1]:
+                twin = window.clone()
+                twin[split + 1 :] = self.val[donor : donor + self.context - split]
+                self._probes.append((index, split))
+                return twin
+        raise ValueError("the val split is too uniform to make causality probes from it")
 
     def _windows(self) -> torch.Tensor:
         n = max(1, self.n_tokens // self.context)
@@ -109,8 +128,8 @@ class Evaluation:
                 f"the model returned non-finite logits (NaN or inf) in batch {batch}"
             )
         if batch in self._probe_batch:
-            probe, row = self._probe_batch[batch]
-            self._logits[("twin", probe)] = logits[row]
+            for probe, row in self._probe_batch[batch]:
+                self._logits[("twin", probe)] = logits[row]
             return
         windows = self.batches[batch]
         targets = windows[:, 1:].long()
