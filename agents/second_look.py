@@ -5,7 +5,9 @@ option tried on the champion, all rejected at tier 0). Its trainers would then s
 though a tier-0 rejection may only say that the smallest model prefers the champion. So the
 researcher picks the idea the rules rejected on the current champion with the best gain (the
 nearest miss) that has not had its second look, and sends its recipe again, to enter one tier
-up (the ladder's side and why it stays safe: scale_ladder/second_look.py).
+up (the ladder's side and why it stays safe: scale_ladder/second_look.py). A look rejected
+where it entered may be looked at again one tier further up, in a chain to the top: the ladder
+judges that one at a stricter gate.
 
 Only ideas that set constants qualify: their recipe on the champion is those values written
 into it, as the ladder carries a patch over (the history keeps no patches).
@@ -42,9 +44,6 @@ def second_look(history: History, top_tier: int) -> SecondLook | None:
             continue
         if any(c.name not in names for c in finding.changes):  # the ladder would refuse it
             continue
-        below = {g.tier: g for g in finding.gains if g.version == version}
-        if any(t not in below or below[t].spot_check for t in range(tier)):
-            continue  # it skipped a gate below (a spot check, a look): the ladder refuses it
         candidates.append((gain, idea_id, tier, finding))
     if not candidates:
         return None

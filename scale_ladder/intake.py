@@ -123,13 +123,6 @@ def _second_look(ladder: Ladder, state: IdeaState, patch: str) -> None:
     """Admit an idea's second look at its entry tier (second_look.py), or refuse it."""
     idea, current = state.idea, ladder.current
     parent = idea.parent_ids[0] if idea.parent_ids else ""
-    rejected = rejected_at(ladder, parent)
-    version, tier, _, by_rules = rejected if rejected is not None else (0, 0, "", False)
-    if by_rules and not ladder.promotion.passed_below(parent, version, tier):
-        raise NotAdmitted(
-            f"a second look at {parent}: it reached tier {tier} by a spot check or "
-            "as a second look, not through every gate below; a look may skip one gate"
-        )
     why = second_look_refusal(
         idea,
         patch,
@@ -137,7 +130,7 @@ def _second_look(ladder: Ladder, state: IdeaState, patch: str) -> None:
         top=ladder.top,
         champion=ladder.lineage.champions[current].source,
         editable=ladder.editable,
-        parent=rejected,
+        parent=rejected_at(ladder, parent),
         earlier=ladder.intake.looked.get((parent, current, idea.entry_tier)),
     )
     if why is not None:

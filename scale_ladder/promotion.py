@@ -20,6 +20,8 @@ from scale_ladder.spot_checks import Checks, spot_check
 if TYPE_CHECKING:
     from scale_ladder.ladder import Ladder
 
+CHAINED_LOOK = "look after a look"  # how the verdicts of a chain of looks begin, at its entry
+
 
 @dataclass
 class Promotion:
@@ -74,9 +76,17 @@ class Promotion:
         return state.tier > 0 and not state.idea.entry_tier and key not in self.entered
 
     def passed_below(self, idea_id: str, version: int, tier: int) -> bool:
-        """The idea reached `tier` on `version` through every gate below it: a spot check or a
-        second look may skip one gate, never two (spot_checks.py, second_look.py)."""
+        """The idea reached `tier` on `version` through every gate below it (a spot check or a
+        second look skips one gate: spot_checks.py, second_look.py)."""
         return tier == 0 or (idea_id, version, tier) in self.gated
+
+    def looked_twice(self, state: IdeaState) -> bool:
+        """A second look at its entry tier whose parent had skipped a gate itself (reached its
+        tier by a look or a spot check): a chain of looks (second_look.py)."""
+        look, parents = state.idea.entry_tier, state.idea.parent_ids
+        if not look or state.tier != look or not parents:
+            return False
+        return not self.passed_below(parents[0], state.version, look - 1)
 
     def _gain(self, idea_id: str, version: int, tier: int, delta: float) -> None:
         """The idea's mean gain as the rules decided it at (version, tier), kept sorted too."""
@@ -148,10 +158,22 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
 
 
 def rule_of(ladder: Ladder, state: IdeaState) -> PromotionRule:
-    """The rule the idea meets at its tier: the tier's, stricter where it entered directly."""
-    if ladder.promotion.entered_directly(state):
+    """The rule the idea meets at its tier: the tier's, or as strict as every gate up to it
+    where it skipped more than one (a direct entry, a chain of looks)."""
+    if ladder.promotion.entered_directly(state) or ladder.promotion.looked_twice(state):
         return direct_entries.entry_rule(ladder.tiers, state.tier)
     return ladder.tiers[state.tier].rule
+
+
+def entry_note(ladder: Ladder, state: IdeaState) -> str:
+    """What the verdicts of an idea that meets the entry gate say first, else ''."""
+    if ladder.promotion.entered_directly(state):
+        return f"{direct_entries.describe(ladder.tiers, state.tier)}: "
+    if ladder.promotion.looked_twice(state):
+        sigmas = direct_entries.entry_rule(ladder.tiers, state.tier).sigmas
+        parent = state.idea.parent_ids[0]
+        return f"{CHAINED_LOOK} of {parent} at tier {state.tier} (gate {sigmas:.2f}σ): "
+    return ""
 
 
 def _evidence(ladder: Ladder, state: IdeaState) -> Evidence:
@@ -182,8 +204,7 @@ def _apply(ladder: Ladder, state: IdeaState, outcome: Outcome, pairs: dict[int, 
     rule = ladder.tiers[state.tier].rule
     wanted = min(outcome.seeds_wanted + have - len(pairs), 2 * rule.max_seeds)
     verdict, why = outcome.verdict, outcome.rule
-    if ladder.promotion.entered_directly(state):
-        why = f"{direct_entries.describe(ladder.tiers, state.tier)}: {why}"
+    why = entry_note(ladder, state) + why
     if verdict is Verdict.RETEST and wanted <= have:
         verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
     # A spot check (spot_checks.py) may send a reject on, if it skipped no gate below.

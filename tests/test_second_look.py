@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.search.sim import Config, Param, simulate
 from bench.search.swarm_method import SwarmMethod
-from bus.messages import Idea, RunResult, RunSpec, Verdict
+from bus.messages import Decision, Idea, Message, RunResult, RunSpec, Verdict
 from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_result, patch, started
 from tests.ladder_sim import metric as smooth_metric
 
@@ -117,20 +117,23 @@ def test_a_replayed_ladder_refuses_the_same_second_look_again(tmp_path: Path) ->
 
 
 class ProxyPrefersTheDefault:
-    """Pick one of six options. The top rung ranks them a < b < … < f (f best); the proxy rung
-    ranks the default, a, above every other, so no option passes tier 0 against it."""
+    """Pick one of six options. The top rung ranks them a < b < … < f (f best); the proxy rungs
+    (`misleading`) rank the default, a, above every other, so no option passes them against it."""
 
     name = "misleading choice"
     params = (Param("OPTION", choices=("a", "b", "c", "d", "e", "f")),)
     rung_costs = (1.0, 4.0, 16.0)
     deterministic_rungs: tuple[int, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, misleading: tuple[int, ...] = (0,)) -> None:
         self.default: Config = {"OPTION": "a"}
+        self.misleading = misleading
 
     def _loss(self, config: Config, rung: int) -> float:
         rank = self.params[0].choices.index(str(config["OPTION"]))
-        return 1.0 - 0.05 * rank if rung else 0.5 + (0.1 * rank if rank else 0.0)
+        if rung in self.misleading:
+            return 0.5 + (0.1 * rank if rank else 0.0)
+        return 1.0 - 0.05 * rank
 
     def evaluate(self, config: Config, rung: int, seed: int) -> float:
         return (
@@ -156,5 +159,34 @@ def test_researchers_that_run_dry_look_again_and_find_what_the_proxy_hid() -> No
         method.close()
     # Every option lost at tier 0, so without a second look the default would be kept.
     assert any(i.entry_tier == 1 and i.parent_ids for i in ideas)
+    assert method.incumbent() != problem.default
+    assert trajectory.final < problem.true_loss(problem.default) - problem.best_loss()
+
+
+def test_a_chain_of_looks_crosses_two_misleading_proxies_at_a_stricter_gate() -> None:
+    """Both proxy tiers prefer the default: every option is rejected at tier 0, and again at
+    its look at tier 1. A look at that look reaches the top, where it meets a gate as strict as
+    the three 2σ gates together (4.23σ) and a one-seed win is confirmed."""
+    problem = ProxyPrefersTheDefault(misleading=(0, 1))
+    method = SwarmMethod(problem, seed=0, agents=2)
+    seen: list[Message] = []
+    fold = method.shared.fold
+
+    def fold_and_keep(message: Message) -> None:
+        seen.append(message)
+        fold(message)
+
+    method.shared.fold = fold_and_keep  # type: ignore[method-assign]
+    try:
+        trajectory = simulate(problem, method, budget=900, workers=2)
+    finally:
+        method.close()
+    chained = [
+        d
+        for d in seen
+        if isinstance(d, Decision) and d.tier == 2 and d.rule.startswith("look after a look")
+    ]
+    assert chained and all("(gate 4.23σ)" in d.rule for d in chained), chained
+    assert any(d.verdict is Verdict.PROMOTE for d in chained)
     assert method.incumbent() != problem.default
     assert trajectory.final < problem.true_loss(problem.default) - problem.best_loss()

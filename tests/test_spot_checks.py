@@ -193,10 +193,12 @@ min_improvement = 0.001
 """
 
 
-def test_no_recipe_skips_two_gates_by_a_spot_check_and_a_second_look(tmp_path: Path) -> None:
-    """Spot-checked at tier 0 and rejected at tier 1, an idea gets no second look at the top:
-    that recipe would have passed only the top gate. Nor is a second look rejected where it
-    entered spot-checked on. The researcher's own second-look choice skips such ideas."""
+def test_a_recipe_that_skips_two_gates_meets_them_all_at_once(tmp_path: Path) -> None:
+    """Spot-checked at tier 0 and rejected at tier 1, an idea may get a second look at the
+    top, but there it meets a gate as strict as the three 2σ gates together: a null recipe
+    must pass it by luck as rarely as all three (a red team first had such looks refused,
+    which also ended the looks that found LCDB balance-scale's best learner). A second look
+    rejected where it entered is not spot-checked on."""
     (tmp_path / "a").mkdir()
     sim = Sim(three_tiers(tmp_path / "a", first="spot_checks = 1.0"))
     sim.step()
@@ -210,7 +212,8 @@ def test_no_recipe_skips_two_gates_by_a_spot_check_and_a_second_look(tmp_path: P
     history = History("recipe.py", "bytelm")
     for message in sim.log:
         history.observe(message)
-    assert second_look(history, top_tier=2) is None
+    chosen = second_look(history, top_tier=2)
+    assert chosen is not None and chosen.entry_tier == 2 and chosen.proposal.parents == ("x",)
     source = sim.ladder.champions[1].source
     look = Idea(
         "x-look", "r", "h", patch("WD = 0.1", "WD = 0.5", source), 1,
@@ -218,10 +221,9 @@ def test_no_recipe_skips_two_gates_by_a_spot_check_and_a_second_look(tmp_path: P
     )  # fmt: skip
     sim.feed(look)
     sim.run_all()
-    (refused,) = decisions(sim, "x-look")
-    assert (
-        refused.verdict is Verdict.REFUSED and "by a spot check or as a second look" in refused.rule
-    )
+    (rejected,) = decisions(sim, "x-look")
+    assert rejected.tier == 2 and rejected.verdict is Verdict.REJECT
+    assert rejected.rule.startswith("look after a look of x at tier 2 (gate 4.23σ): ")
 
     (tmp_path / "b").mkdir()
     sim = Sim(three_tiers(tmp_path / "b", second="spot_checks = 1.0"))
