@@ -24,6 +24,7 @@ ideas (idea_state.py), the events seen, what act() must look at, and the making 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +52,9 @@ from scale_ladder.seeds import DEFAULT_SEED_SECRET, tier_seed
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
 __all__ = ["Ladder", "LadderRefusal", "Phase"]
+
+log = logging.getLogger(__name__)
+MAX_FAILURE_CHARS = 500  # of the exception's text in the refusal's rule
 
 
 @dataclass
@@ -196,12 +200,29 @@ class Ladder:
             del self.dirty[idea_id]
             state = self.ideas.get(idea_id)
             if state is not None:  # a result or spec naming an idea never seen is kept, inert
-                self.advance(state)
+                self._advance_or_refuse(state)
         if self.baselines_dirty:
             self.baselines_dirty = False
             baselines.act(self)
         out, self._out = self._out, []
         return out
+
+    def unsent(self) -> bool:
+        """Messages made (and observed) but not yet returned by `act`: one raised midway."""
+        return bool(self._out)
+
+    def _advance_or_refuse(self, state: IdeaState) -> None:
+        """Advance the idea; if the ladder fails on it, refuse it, naming the failure. An
+        exception here used to end the ladder, and again at every replay of the same stream
+        (a red team's metric of 1.8e154 did that through the noise pool): a crash loop that
+        stopped the swarm. Refused, the idea is done in the record too, so a replay skips it."""
+        try:
+            self.advance(state)
+        except Exception as exc:
+            log.exception("the ladder failed on idea %s", state.idea.idea_id)
+            if state.phase is not Phase.DONE:
+                why = f"the ladder failed on this idea ({type(exc).__name__}: {exc})"
+                self.refuse(state, why[:MAX_FAILURE_CHARS])
 
     def emit(self, message: Message) -> None:
         self.observe(message)

@@ -90,6 +90,7 @@ class LadderService:
         self._checkpoint: tuple[int, str] | None = None  # the last event folded in, by seq
         self._snapshot_at = time.monotonic()
         self._snapshot_s = 0.0  # how long the last snapshot took to write
+        self._failed = ""  # why the last act failed (ladder.act raised), "" if it did not
 
     async def run(self, stop: asyncio.Event) -> None:
         self._stop = stop
@@ -176,7 +177,9 @@ class LadderService:
         path = self.options.snapshot_path
         wait = max(self.options.snapshot_interval_s, snapshot_file.COST_SHARE * self._snapshot_s)
         due = time.monotonic() - self._snapshot_at >= wait
-        unsent = self._held or self._gave_up or self._publishing or self._echoes
+        unsent = (
+            self._held or self._gave_up or self._publishing or self._echoes or self.ladder.unsent()
+        )
         if path is None or not due or not self.caught_up.is_set() or unsent or not self._checkpoint:
             return
         self._snapshot_at = time.monotonic()
@@ -248,7 +251,15 @@ class LadderService:
 
     async def _act(self) -> None:
         async with self._lock:
-            await self._publish(self._within_limit(self.ladder.act()))
+            try:
+                made = self.ladder.act()
+            except Exception as exc:  # a failure outside one idea's: what it made is kept
+                if str(exc) != self._failed:  # logged once, not at every tick
+                    log.exception("the ladder could not act; it tries again at the next event")
+                self._failed = str(exc)
+                return
+            self._failed = ""
+            await self._publish(self._within_limit(made))
 
     def _within_limit(self, messages: list[Message]) -> list[Message]:
         """The messages, less the RunSpecs past max_specs. Those stay in the ladder's state
