@@ -13,7 +13,9 @@ The cheaters add a large logit on the next byte of their own window (a one-byte 
 - `replaying peeker`: also copies the outputs of an earlier row of its batch that shares the
   first bytes (tests/test_training_sandbox.py's REPLAYING_PEEKER);
 - `peeks on q`: only on windows whose first 4 bytes hash into a fraction q, so most of its
-  windows gain and each probe catches it only if its window is one of them.
+  windows gain and each probe catches it only if its window is one of them;
+- `peeks at position 0`: only the prediction of the second byte reads it; a probe catches it
+  only where its twin diverges right after the first byte (1 in context - 1 twins).
 Prints figures; asserts nothing.
 """
 
@@ -47,6 +49,17 @@ def peeker(base: Model, share: float = 1.0) -> Model:
         for i, row in enumerate(x):
             if hashlib.sha256(bytes(row[:4].tolist())).digest()[0] < share * 256:
                 out[i, :-1] += 30 * F.one_hot(row[1:].long(), 256)
+        return out
+
+    return forward
+
+
+def peeks_at_first(base: Model) -> Model:
+    """Reads only the second byte, for the prediction at position 0."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = base(x)
+        out[:, 0] += 30 * F.one_hot(x[:, 1].long(), 256)
         return out
 
     return forward
@@ -100,6 +113,7 @@ def main() -> None:
         "replaying peeker": lambda: replaying(peeker(honest(table))),
         "peeks on 0.5": lambda: peeker(honest(table), 0.5),
         "peeks on 0.25": lambda: peeker(honest(table), 0.25),
+        "peeks at position 0": lambda: peeks_at_first(honest(table)),
         "honest (control)": lambda: honest(table),
     }
     print(

@@ -86,6 +86,8 @@ class Promotion:
         look, parents = state.idea.entry_tier, state.idea.parent_ids
         if not look or state.tier != look or not parents:
             return False
+        if (state.idea.idea_id, state.version, look) in self.entered:
+            return False  # carried to a new champion, it climbed here through the gates
         return not self.passed_below(parents[0], state.version, look - 1)
 
     def _gain(self, idea_id: str, version: int, tier: int, delta: float) -> None:

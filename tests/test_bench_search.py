@@ -236,3 +236,7 @@ def test_the_false_stacks_bench_runs_the_shipped_ladder_with_each_setting() -> N
     assert power(gated, 3, 1.0) == 3  # ten σ_d better at every tier: stacked every time
     stacked, hit, top = nulls(screened, 2, 12)
     assert 0 <= hit <= min(stacked, 2) and stacked <= top <= 24
+    # Every reject looked at again up to the top: each null reaches it at most once per look.
+    stacked, hit, top = nulls(gated, 1, 8, looks=True)
+    assert stacked <= top and 8 <= top <= 24
+    assert power(gated, 2, 1.0, looks=True) == 2

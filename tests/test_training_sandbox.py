@@ -536,6 +536,17 @@ def test_every_twin_diverges_right_after_its_split() -> None:
                 assert twin[split + 1] != windows[window][split + 1]
 
 
+def test_a_twin_may_diverge_anywhere_a_peek_could_read() -> None:
+    """A red team peeked only at position 0 (reading the window's second byte) while no twin
+    could diverge there, and passed every evaluation: every split a peek can be caught at is
+    drawn, 0 included."""
+    val = torch.randint(0, 256, (50_000,), dtype=torch.uint8)
+    splits = set()
+    for _ in range(40):
+        splits.update(split for _, split in Evaluation(val, 8, 1024)._probes)
+    assert splits == set(range(7))
+
+
 def test_only_the_runner_writes_its_notes_into_a_log(tmp_path: Path) -> None:
     """A red team printed a fake `[swarm: …]` note; printed by the experiment, whole or split
     across writes, it is defaced, and the runner's own note is the only one left."""

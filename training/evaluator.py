@@ -102,9 +102,11 @@ class Evaluation:
         """`window` up to a random split, then bytes from elsewhere in the val split. The first
         byte after the split always differs from the window's own: a replaying peeker passed
         1.5% of evaluations when the donor happened to start with the same byte (and the
-        probe then checked a prefix that had not diverged yet)."""
+        probe then checked a prefix that had not diverged yet). The split may be 0: a red team
+        peeked only at position 0 (the second byte) while no split could be there, and passed
+        every evaluation."""
         for _ in range(1000):
-            split = rng.randrange(1, self.context - 1)
+            split = rng.randrange(0, self.context - 1)  # 0 too: a peek at position 0
             donor = rng.randrange(len(self.val) - self.context - 1)
             if self.val[donor] != window[split + 1]:
                 twin = window.clone()

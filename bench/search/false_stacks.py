@@ -1,6 +1,7 @@
 """What a ladder stacks that does nothing, and what it stacks that helps.
 
     python -m bench.search.false_stacks --sigmas 2,2,2 0,0,2
+    python -m bench.search.false_stacks 2,2,2 --looks [--plain-looks]
 
 For each setting of the tiers' noise gates (the shipped `configs/ladder.toml` otherwise, its
 top-tier rules as the loader makes them), the real `Ladder` meets:
@@ -12,6 +13,12 @@ The metric is lower-is-better, seed-paired (noise every recipe on a seed shares,
 removes) plus noise of each recipe's own; the per-tier levels below give a σ_d of about 0.018,
 0.042 and 0.085, of the order of bytelm's tiers (README "Training"). Used to weigh screening
 tiers (`sigmas = 0`) against a noise gate at every tier (README "Screening tiers").
+
+`--looks` sends every rejected idea a second look one tier up, and every rejected look another,
+up to the top (scale_ladder/second_look.py): far more than researchers do, who look only at
+their nearest miss once their brain runs dry. `--plain-looks` judges a look at a look at its
+tier's own gate instead of the stricter one the ladder uses, to show what that gate holds back;
+`--no-chains` sends no look at a look, as the ladder refused them before 2026-11-28.
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ from bench.search.swarm_method import spec_result
 from bus.messages import ChampionChange, ChangeKind, Decision, Idea, RunResult, RunSpec, RunStatus
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
+from scale_ladder.promotion import Promotion, rejected_at
 from scale_ladder.tiers import DEFAULT_LADDER, Tier, load_tiers
 
 RECIPE = 'TAG = "base"\nEFFECT = 0.0\n'
+CHAINS = True  # with --looks: a look at a look too (--no-chains: the rule before 2026-11-28)
 LEVEL = (3.1, 3.2, 2.9)
 SHARED = (0.03, 0.06, 0.05)  # seed noise every recipe shares
 OWN = (0.0125, 0.03, 0.06)  # each recipe's own, per seed: σ_d = √2 × this
@@ -89,6 +98,34 @@ class Swarm:
         )
         self._feed(Idea(idea_id, "bench", "try", "".join(lines), self.ladder.current))
 
+    def look_again(self, chains: bool = True) -> None:
+        """A second look at every idea the rules rejected below the top on the current
+        champion, and (`chains`) at every look rejected where it entered, until none is left."""
+        looked: set[str] = set()
+        passed = self.ladder.promotion.passed_below
+        while True:
+            todo = []
+            for idea_id in list(self.ladder.ideas):
+                rejected = rejected_at(self.ladder, idea_id)
+                if idea_id in looked or rejected is None:
+                    continue
+                version, tier, patch, by_rules = rejected
+                chained = not passed(idea_id, version, tier)
+                if chained and not chains:
+                    continue
+                if by_rules and version == self.ladder.current and tier < self.ladder.top:
+                    todo.append((idea_id, tier, patch))
+            if not todo:
+                return
+            for idea_id, tier, patch in todo:
+                looked.add(idea_id)
+                look = Idea(
+                    f"{idea_id}+", "bench", "look", patch, self.ladder.current,
+                    parent_ids=(idea_id,), entry_tier=tier + 1,
+                )  # fmt: skip
+                self._feed(look)
+            self.run()
+
     def run(self) -> None:
         while self.queue:
             spec = self.queue.pop(0)
@@ -102,7 +139,7 @@ class Swarm:
             self._feed(spec_result(spec, status, value))
 
 
-def nulls(tiers: list[Tier], swarms: int, ideas: int) -> tuple[int, int, int]:
+def nulls(tiers: list[Tier], swarms: int, ideas: int, looks: bool = False) -> tuple[int, int, int]:
     """Changes that do nothing stacked, swarms with one or more, and ideas at the top tier."""
     stacked = hit = top = 0
     for k in range(swarms):
@@ -111,13 +148,15 @@ def nulls(tiers: list[Tier], swarms: int, ideas: int) -> tuple[int, int, int]:
             for j in range(i, min(ideas, i + 4)):
                 swarm.propose(f"null-{j}", f"n{j}")
             swarm.run()
+            if looks:
+                swarm.look_again(CHAINS)
         stacked += len(swarm.stacked)
         hit += bool(swarm.stacked)
         top += len(swarm.reached_top)
     return stacked, hit, top
 
 
-def power(tiers: list[Tier], trials: int, gain: float) -> int:
+def power(tiers: list[Tier], trials: int, gain: float, looks: bool = False) -> int:
     """Of `trials` swarms, those that stacked an idea truly better by `gain` at every tier."""
     stacked = 0
     for k in range(trials):
@@ -128,6 +167,8 @@ def power(tiers: list[Tier], trials: int, gain: float) -> int:
             swarm.run()
         swarm.propose("good", f"good{k}", -gain)
         swarm.run()
+        if looks:
+            swarm.look_again(CHAINS)
         stacked += "good" in swarm.stacked
     return stacked
 
@@ -139,7 +180,14 @@ def main() -> None:
     parser.add_argument("--nulls", type=int, default=300, help="ideas per swarm")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--gain", type=float, default=0.06, help="about 0.7 σ_d at the top")
+    parser.add_argument("--looks", action="store_true", help="second looks at every reject")
+    parser.add_argument("--plain-looks", action="store_true", help="a look at a look: own gate")
+    parser.add_argument("--no-chains", action="store_true", help="no look at a look (as before)")
     args = parser.parse_args()
+    global CHAINS
+    CHAINS = not args.no_chains
+    if args.plain_looks:  # what the stricter gate holds back (scale_ladder/second_look.py)
+        Promotion.looked_twice = lambda self, state: False  # type: ignore[method-assign]
     print(
         f"{args.swarms} swarms of {args.nulls} ideas that do nothing; {args.trials} swarms with "
         f"one idea {args.gain:g} better at every tier"
@@ -151,8 +199,8 @@ def main() -> None:
     for setting in args.settings:
         sigmas = tuple(float(s) for s in setting.split(","))
         tiers = tiers_with(sigmas)  # as loaded: a top tier above a screen asks more (rules.py)
-        stacked, hit, reached = nulls(tiers, args.swarms, args.nulls)
-        good = power(tiers, args.trials, args.gain)
+        stacked, hit, reached = nulls(tiers, args.swarms, args.nulls, args.looks)
+        good = power(tiers, args.trials, args.gain, args.looks)
         label = ",".join(f"{s:g}" for s in sigmas)
         print(
             f"  {label:>14s} {stacked:>12d} {hit:>11d} {reached:>13d} {good:>6d} of {args.trials}"
