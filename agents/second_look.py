@@ -6,8 +6,11 @@ though a tier-0 rejection may only say that the smallest model prefers the champ
 researcher picks the idea the rules rejected on the current champion with the best gain (the
 nearest miss) that has not had its second look, and sends its recipe again, to enter one tier
 up (the ladder's side and why it stays safe: scale_ladder/second_look.py). A look rejected
-where it entered may be looked at again one tier further up, in a chain to the top: the ladder
-judges that one at a stricter gate.
+where it entered (or a spot-checked idea rejected one tier up) may be looked at again one tier
+further up, in a chain to the top, which the ladder judges at a stricter gate; the researcher
+sends one only for a near miss (a gain above zero where it was rejected). Sent for every
+reject, the chains spent the top tier's runs on clear losses: LCDB madelon took 128 jobs to
+the same result that 89 reach now (docs/benchmarks.md, "Looks after looks").
 
 Only ideas that set constants qualify: their recipe on the champion is those values written
 into it, as the ladder carries a patch over (the history keeps no patches).
@@ -44,6 +47,10 @@ def second_look(history: History, top_tier: int) -> SecondLook | None:
             continue
         if any(c.name not in names for c in finding.changes):  # the ladder would refuse it
             continue
+        below = {g.tier: g for g in finding.gains if g.version == version}
+        through_gates = all(t in below and not below[t].spot_check for t in range(tier))
+        if not through_gates and not gain > 0:
+            continue  # a look at a look only for a near miss: it costs the top's runs
         candidates.append((gain, idea_id, tier, finding))
     if not candidates:
         return None

@@ -74,15 +74,16 @@ def entry_tier(ladder: Ladder, idea_id: str, version: int) -> int:
     return 0
 
 
-def entry_rule(tiers: Sequence[Tier], entry: int) -> PromotionRule:
+def entry_rule(tiers: Sequence[Tier], entry: int, since: int = 0) -> PromotionRule:
     """The rule an idea that entered at `entry` meets there: its noise gate as strict as the
-    noisy gates of tiers 0..entry together (the module's docstring)."""
+    noisy gates of tiers `since`..entry together (the module's docstring); `since` is the
+    lowest gate it skipped (0 for a direct entry)."""
     rule = tiers[entry].rule
     if rule.deterministic:
         return rule  # decides exactly: nothing skipped below it matters
     chance = math.prod(
         NormalDist().cdf(-t.rule.sigmas)
-        for t in tiers[: entry + 1]
+        for t in tiers[since : entry + 1]
         if t.rule.sigmas > 0 and not t.rule.deterministic
     )
     sigmas = -NormalDist().inv_cdf(chance) if 0 < chance < 0.5 else rule.sigmas

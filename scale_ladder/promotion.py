@@ -162,9 +162,30 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
 def rule_of(ladder: Ladder, state: IdeaState) -> PromotionRule:
     """The rule the idea meets at its tier: the tier's, or as strict as every gate up to it
     where it skipped more than one (a direct entry, a chain of looks)."""
-    if ladder.promotion.entered_directly(state) or ladder.promotion.looked_twice(state):
+    if ladder.promotion.entered_directly(state):
         return direct_entries.entry_rule(ladder.tiers, state.tier)
+    if ladder.promotion.looked_twice(state):
+        return direct_entries.entry_rule(ladder.tiers, state.tier, skipped_from(ladder, state))
     return ladder.tiers[state.tier].rule
+
+
+def skipped_from(ladder: Ladder, state: IdeaState) -> int:
+    """The lowest tier whose gate a look's recipe skipped on its way to its entry tier: down
+    the chain of looks to the idea that reached its tier through the gates (it failed that
+    one), by a spot check (it failed the one below too) or fresh (every one below)."""
+    promotion, version, look = ladder.promotion, state.version, state
+    while look.idea.entry_tier and look.idea.parent_ids:
+        parent = ladder.ideas.get(look.idea.parent_ids[0])
+        below = look.tier - 1
+        if parent is None:
+            break
+        entered = promotion.entered.get((parent.idea.idea_id, version, below))
+        if below == 0 or entered is False:
+            return below  # the rules promoted it there: it failed only that tier's gate
+        if entered:
+            return below - 1  # a spot check sent it past the gate below that one
+        look = parent  # a look itself, or sent there fresh
+    return 0
 
 
 def entry_note(ladder: Ladder, state: IdeaState) -> str:
@@ -172,7 +193,7 @@ def entry_note(ladder: Ladder, state: IdeaState) -> str:
     if ladder.promotion.entered_directly(state):
         return f"{direct_entries.describe(ladder.tiers, state.tier)}: "
     if ladder.promotion.looked_twice(state):
-        sigmas = direct_entries.entry_rule(ladder.tiers, state.tier).sigmas
+        sigmas = rule_of(ladder, state).sigmas
         parent = state.idea.parent_ids[0]
         return f"{CHAINED_LOOK} of {parent} at tier {state.tier} (gate {sigmas:.2f}σ): "
     return ""

@@ -13,8 +13,9 @@ and champion, and only after a verdict of the rules (a crash or a refusal is not
 A look may skip one gate for free. A look at an idea that had skipped one itself (a look
 rejected where it entered, or a spot-checked idea rejected one tier up) would let a null
 recipe fail every proxy and meet only the top gate, so that one meets, at its entry tier, a
-gate as strict as every noisy gate up to it together (direct_entries.entry_rule: 4.2σ for
-three 2σ tiers), and a one-seed win is confirmed on a second seed. Its verdicts there begin
+gate as strict as every noisy gate from the lowest one its recipe skipped up to it together
+(direct_entries.entry_rule, promotion.skipped_from: 4.23σ at the top of three 2σ tiers), and
+a one-seed win is confirmed on a second seed. Its verdicts there begin
 "look after a look". A red team first closed the chain by refusing such looks (0e433b5); that
 also ended the looks that took LCDB balance-scale's best learner to the top (0.062 regret
 where TPE + Hyperband finds the optimum): with the strict gate it is found again.

@@ -125,14 +125,16 @@ class ProxyPrefersTheDefault:
     rung_costs = (1.0, 4.0, 16.0)
     deterministic_rungs: tuple[int, ...] = ()
 
-    def __init__(self, misleading: tuple[int, ...] = (0,)) -> None:
+    def __init__(self, misleading: tuple[int, ...] = (0,), faint: tuple[int, ...] = ()) -> None:
         self.default: Config = {"OPTION": "a"}
-        self.misleading = misleading
+        self.misleading, self.faint = misleading, faint
 
     def _loss(self, config: Config, rung: int) -> float:
         rank = self.params[0].choices.index(str(config["OPTION"]))
         if rung in self.misleading:
             return 0.5 + (0.1 * rank if rank else 0.0)
+        if rung in self.faint:  # better than the default, by less than the noise can show
+            return 1.0 - 0.0005 * rank
         return 1.0 - 0.05 * rank
 
     def evaluate(self, config: Config, rung: int, seed: int) -> float:
@@ -164,10 +166,11 @@ def test_researchers_that_run_dry_look_again_and_find_what_the_proxy_hid() -> No
 
 
 def test_a_chain_of_looks_crosses_two_misleading_proxies_at_a_stricter_gate() -> None:
-    """Both proxy tiers prefer the default: every option is rejected at tier 0, and again at
-    its look at tier 1. A look at that look reaches the top, where it meets a gate as strict as
-    the three 2σ gates together (4.23σ) and a one-seed win is confirmed."""
-    problem = ProxyPrefersTheDefault(misleading=(0, 1))
+    """Tier 0 prefers the default and tier 1 sees the other options only faintly better: every
+    option is rejected at tier 0, and again (a near miss) at its look at tier 1. A look at that
+    look reaches the top, where it meets a gate as strict as the three 2σ gates together
+    (4.23σ) and a one-seed win is confirmed."""
+    problem = ProxyPrefersTheDefault(misleading=(0,), faint=(1,))
     method = SwarmMethod(problem, seed=0, agents=2)
     seen: list[Message] = []
     fold = method.shared.fold

@@ -212,8 +212,9 @@ def test_a_recipe_that_skips_two_gates_meets_them_all_at_once(tmp_path: Path) ->
     history = History("recipe.py", "bytelm")
     for message in sim.log:
         history.observe(message)
-    chosen = second_look(history, top_tier=2)
-    assert chosen is not None and chosen.entry_tier == 2 and chosen.proposal.parents == ("x",)
+    # Researchers send a look at such an idea only for a near miss (it costs the top's runs),
+    # and this one lost clearly; the ladder admits one anyway, at the stricter gate.
+    assert second_look(history, top_tier=2) is None
     source = sim.ladder.champions[1].source
     look = Idea(
         "x-look", "r", "h", patch("WD = 0.1", "WD = 0.5", source), 1,
