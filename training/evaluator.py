@@ -86,8 +86,10 @@ class Evaluation:
             rows = sorted(rng.sample(range(len(cover) + len(twinned)), len(twinned)))
             probes = []
             for row, index in zip(rows, twinned, strict=True):
-                cover.insert(row, self._twin(windows[index], index, rng))
-                probes.append((len(self._probes) - 1, row))
+                twin, split = self._twin(windows[index], rng)
+                cover.insert(row, twin)
+                probes.append((len(self._probes), row))
+                self._probes.append((index, split))
             order.insert(rng.randrange(len(order) + 1), (torch.stack(cover), probes))
         first = 0
         for windows_of, probes in order:
@@ -98,21 +100,20 @@ class Evaluation:
                 first += len(windows_of)
             self.batches.append(windows_of)
 
-    def _twin(self, window: torch.Tensor, index: int, rng: random.Random) -> torch.Tensor:
-        """`window` up to a random split, then bytes from elsewhere in the val split. The first
-        byte after the split always differs from the window's own: a replaying peeker passed
-        1.5% of evaluations when the donor happened to start with the same byte (and the
-        probe then checked a prefix that had not diverged yet). The split may be 0: a red team
-        peeked only at position 0 (the second byte) while no split could be there, and passed
-        every evaluation."""
+    def _twin(self, window: torch.Tensor, rng: random.Random) -> tuple[torch.Tensor, int]:
+        """(twin, split): `window` up to a random split, then bytes from elsewhere in the val
+        split. The first byte after the split always differs from the window's own: a replaying
+        peeker passed one evaluation in about 150 when the donor happened to start with the
+        same byte (and the probe then checked a prefix that had not diverged yet). The split
+        may be 0: a red team peeked only at position 0 (the second byte) while no split could
+        be there, and passed every evaluation."""
         for _ in range(1000):
             split = rng.randrange(0, self.context - 1)  # 0 too: a peek at position 0
             donor = rng.randrange(len(self.val) - self.context - 1)
             if self.val[donor] != window[split + 1]:
                 twin = window.clone()
                 twin[split + 1 :] = self.val[donor : donor + self.context - split]
-                self._probes.append((index, split))
-                return twin
+                return twin, split
         raise ValueError("the val split is too uniform to make causality probes from it")
 
     def _windows(self) -> torch.Tensor:
