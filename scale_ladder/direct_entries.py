@@ -90,8 +90,8 @@ def entry_rule(tiers: Sequence[Tier], entry: int, since: int = 0) -> PromotionRu
     return replace(rule, sigmas=max(rule.sigmas, sigmas), confirm_wins=True)
 
 
-def describe(tiers: Sequence[Tier], entry: int) -> str:
-    """What a direct entry's verdicts say first (a terminal cuts a long rule short)."""
-    sigmas = entry_rule(tiers, entry).sigmas
+def describe(entry: int, sigmas: float) -> str:
+    """What a direct entry's verdicts say first, its entry gate being `sigmas` (a terminal
+    cuts a long rule short)."""
     skipped = "0" if entry == 1 else f"0-{entry - 1}"
     return f"{DIRECT_ENTRY} at tier {entry} (skipped tiers {skipped}; gate {sigmas:.2f}σ)"

@@ -153,10 +153,11 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
     pairs = baselines.pairs(ladder, state.version, state.tier, wanted)
     if pairs is None:
         return  # the baseline of a seed is still coming (or will be tried again)
-    outcome = decide(rule_of(ladder, state), _evidence(ladder, state))
+    rule = rule_of(ladder, state)
+    outcome = decide(rule, _evidence(ladder, state))
     if outcome.verdict is Verdict.HELD:
         return  # the baseline ignores its seed: wait, undecided (baselines.py says why)
-    _apply(ladder, state, outcome, pairs)
+    _apply(ladder, state, outcome, pairs, entry_note(ladder, state, rule))
 
 
 def rule_of(ladder: Ladder, state: IdeaState) -> PromotionRule:
@@ -188,14 +189,14 @@ def skipped_from(ladder: Ladder, state: IdeaState) -> int:
     return 0
 
 
-def entry_note(ladder: Ladder, state: IdeaState) -> str:
-    """What the verdicts of an idea that meets the entry gate say first, else ''."""
+def entry_note(ladder: Ladder, state: IdeaState, rule: PromotionRule) -> str:
+    """What the verdicts of an idea that meets the entry gate (`rule`, from rule_of) say
+    first, else ''."""
     if ladder.promotion.entered_directly(state):
-        return f"{direct_entries.describe(ladder.tiers, state.tier)}: "
+        return f"{direct_entries.describe(state.tier, rule.sigmas)}: "
     if ladder.promotion.looked_twice(state):
-        sigmas = rule_of(ladder, state).sigmas
         parent = state.idea.parent_ids[0]
-        return f"{CHAINED_LOOK} of {parent} at tier {state.tier} (gate {sigmas:.2f}σ): "
+        return f"{CHAINED_LOOK} of {parent} at tier {state.tier} (gate {rule.sigmas:.2f}σ): "
     return ""
 
 
@@ -210,7 +211,9 @@ def _evidence(ladder: Ladder, state: IdeaState) -> Evidence:
     return Evidence(idea, baseline, sigma, peers, ladder.lower_is_better)
 
 
-def _apply(ladder: Ladder, state: IdeaState, outcome: Outcome, pairs: dict[int, float]) -> None:
+def _apply(
+    ladder: Ladder, state: IdeaState, outcome: Outcome, pairs: dict[int, float], note: str
+) -> None:
     key = (state.idea.idea_id, state.version, state.tier)
     seeds = ladder.in_run_order(state.tier, pairs)
     numbers: dict[str, object] = {
@@ -227,7 +230,7 @@ def _apply(ladder: Ladder, state: IdeaState, outcome: Outcome, pairs: dict[int, 
     rule = ladder.tiers[state.tier].rule
     wanted = min(outcome.seeds_wanted + have - len(pairs), 2 * rule.max_seeds)
     verdict, why = outcome.verdict, outcome.rule
-    why = entry_note(ladder, state) + why
+    why = note + why
     if verdict is Verdict.RETEST and wanted <= have:
         verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
     # A spot check (spot_checks.py) may send a reject on, if it skipped no gate below.
