@@ -39,7 +39,6 @@ from scale_ladder.promotion import Promotion, rejected_at
 from scale_ladder.tiers import DEFAULT_LADDER, Tier, load_tiers
 
 RECIPE = 'TAG = "base"\nEFFECT = 0.0\n'
-CHAINS = True  # with --looks: a look at a look too (--no-chains: the rule before 2026-11-28)
 LEVEL = (3.1, 3.2, 2.9)
 SHARED = (0.03, 0.06, 0.05)  # seed noise every recipe shares
 OWN = (0.0125, 0.03, 0.06)  # each recipe's own, per seed: σ_d = √2 × this
@@ -139,8 +138,11 @@ class Swarm:
             self._feed(spec_result(spec, status, value))
 
 
-def nulls(tiers: list[Tier], swarms: int, ideas: int, looks: bool = False) -> tuple[int, int, int]:
-    """Changes that do nothing stacked, swarms with one or more, and ideas at the top tier."""
+def nulls(
+    tiers: list[Tier], swarms: int, ideas: int, looks: bool = False, chains: bool = True
+) -> tuple[int, int, int]:
+    """Changes that do nothing stacked, swarms with one or more, and ideas at the top tier;
+    with `looks`, each reject looked at again (and, with `chains`, each rejected look)."""
     stacked = hit = top = 0
     for k in range(swarms):
         swarm = Swarm(tiers, f"nulls-{k}".encode())
@@ -149,14 +151,16 @@ def nulls(tiers: list[Tier], swarms: int, ideas: int, looks: bool = False) -> tu
                 swarm.propose(f"null-{j}", f"n{j}")
             swarm.run()
             if looks:
-                swarm.look_again(CHAINS)
+                swarm.look_again(chains)
         stacked += len(swarm.stacked)
         hit += bool(swarm.stacked)
         top += len(swarm.reached_top)
     return stacked, hit, top
 
 
-def power(tiers: list[Tier], trials: int, gain: float, looks: bool = False) -> int:
+def power(
+    tiers: list[Tier], trials: int, gain: float, looks: bool = False, chains: bool = True
+) -> int:
     """Of `trials` swarms, those that stacked an idea truly better by `gain` at every tier."""
     stacked = 0
     for k in range(trials):
@@ -168,7 +172,7 @@ def power(tiers: list[Tier], trials: int, gain: float, looks: bool = False) -> i
         swarm.propose("good", f"good{k}", -gain)
         swarm.run()
         if looks:
-            swarm.look_again(CHAINS)
+            swarm.look_again(chains)
         stacked += "good" in swarm.stacked
     return stacked
 
@@ -184,8 +188,6 @@ def main() -> None:
     parser.add_argument("--plain-looks", action="store_true", help="a look at a look: own gate")
     parser.add_argument("--no-chains", action="store_true", help="no look at a look (as before)")
     args = parser.parse_args()
-    global CHAINS
-    CHAINS = not args.no_chains
     if args.plain_looks:  # what the stricter gate holds back (scale_ladder/second_look.py)
         Promotion.looked_twice = lambda self, state: False  # type: ignore[method-assign]
     print(
@@ -199,8 +201,9 @@ def main() -> None:
     for setting in args.settings:
         sigmas = tuple(float(s) for s in setting.split(","))
         tiers = tiers_with(sigmas)  # as loaded: a top tier above a screen asks more (rules.py)
-        stacked, hit, reached = nulls(tiers, args.swarms, args.nulls, args.looks)
-        good = power(tiers, args.trials, args.gain, args.looks)
+        chains = not args.no_chains
+        stacked, hit, reached = nulls(tiers, args.swarms, args.nulls, args.looks, chains)
+        good = power(tiers, args.trials, args.gain, args.looks, chains)
         label = ",".join(f"{s:g}" for s in sigmas)
         print(
             f"  {label:>14s} {stacked:>12d} {hit:>11d} {reached:>13d} {good:>6d} of {args.trials}"
