@@ -44,6 +44,7 @@ from ledger.remote_events import ledger_events
 from recipes.store import RecipeStore
 from scale_ladder import snapshot
 from scale_ladder.admission import NotAdmitted
+from scale_ladder.control import parse_control, shorten
 from scale_ladder.ladder import Ladder, LadderRefusal
 
 log = logging.getLogger(__name__)
@@ -379,10 +380,10 @@ class LadderService:
                 await self._publish(out)
             answer: dict[str, object] = {"ok": True, "done": [m.event_id for m in out]}
         except LadderRefusal as exc:
-            answer = {"ok": False, "error": _shorten(str(exc))}
+            answer = {"ok": False, "error": shorten(str(exc))}
         except Exception as exc:  # a bug in our code: log it, answer, keep serving
             log.exception("control request failed")
-            answer = {"ok": False, "error": _shorten(f"ladder error: {exc}")}
+            answer = {"ok": False, "error": shorten(f"ladder error: {exc}")}
         if msg.reply:  # a request sent without a reply subject is acted on, not answered
             await msg.respond(json.dumps(answer).encode())
 
@@ -392,44 +393,6 @@ class LadderService:
             await publish_event(self.js, event)
         except Exception as exc:
             log.warning("could not announce %s: %s", kind.value, exc)
-
-
-# What each control action names besides "action" and "who".
-CONTROL_TARGETS = {"approve": "idea_id", "reject": "idea_id", "revert": "version"}
-MAX_ERROR_CHARS = 300
-
-
-def parse_control(raw: bytes) -> tuple[str, str, str | int]:
-    """(action, who, idea id or version) from a control request, or LadderRefusal naming what
-    is wrong with it. Types are exact: a version is an integer, never "3", 3.0 or true."""
-    try:
-        request = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested too deeply
-        raise LadderRefusal(f"not a JSON request: {_shorten(str(exc))}") from None
-    if not isinstance(request, dict):
-        raise LadderRefusal(f"a request must be a JSON object, got {type(request).__name__}")
-    action = request.get("action")
-    if not isinstance(action, str) or action not in CONTROL_TARGETS:
-        raise LadderRefusal(
-            f"unknown action {_shorten(repr(action))}; known: {', '.join(CONTROL_TARGETS)}"
-        )
-    key = CONTROL_TARGETS[action]
-    unknown = sorted(set(request) - {"action", "who", key})
-    if unknown:
-        raise LadderRefusal(f"{action}: unknown keys {_shorten(repr(unknown))}")
-    who = request.get("who")
-    if who is not None and not isinstance(who, str):
-        raise LadderRefusal(f'{action}: "who" must be a string, got {type(who).__name__}')
-    subject = request.get(key)
-    wanted = int if key == "version" else str
-    if type(subject) is not wanted or subject == "":
-        got = "nothing" if subject is None else _shorten(repr(subject))
-        raise LadderRefusal(f'{action} needs "{key}" ({wanted.__name__}), got {got}')
-    return action, (who or "someone")[:100], subject
-
-
-def _shorten(text: str) -> str:
-    return text if len(text) <= MAX_ERROR_CHARS else f"{text[:MAX_ERROR_CHARS]}…"
 
 
 async def _quietly_unsubscribe(sub: Subscription) -> None:
