@@ -1,26 +1,62 @@
-"""The ladder service outlives a failure of the ladder: it logs it once and acts again later.
+"""The ladder outlives its own failures: one on an idea refuses that idea, naming it; one
+outside any idea is logged once by the service, which acts again later.
 
-A real embedded nats-server and the real LadderService, as `swarm ladder` runs it. (A failure
-on one idea is refused as that idea's verdict: tests/test_ladder.py.)
+The ladder driven without a bus (tests/ladder_sim.py), then a real embedded nats-server and the
+real LadderService, as `swarm ladder` runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
 
 import scale_ladder.service as service
 from bus.champion_store import champion_bucket
+from bus.messages import Verdict
 from bus.nats_bus import queued_run_ids
-from scale_ladder import lineage
+from scale_ladder import lineage, promotion
 from scale_ladder.ladder import Ladder
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import load_tiers
 from tests.conftest import wait_for_async
+from tests.ladder_sim import champions, decisions, make_ladder, started
 from training.target_info import RECIPE
+
+
+def test_an_idea_the_ladder_fails_on_is_refused_and_the_rest_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure inside the ladder on one idea (the red team's 1.8e154 metric overflowed the
+    noise pool) ended the ladder, and again at every replay: a crash loop. Now that idea is
+    refused with the failure named, the others are decided, and a replay of the record acts
+    on nothing twice."""
+    real = promotion.sigma_for
+
+    def overflows_for_one(ladder: object, version: int, tier: int, idea_id: str) -> float:
+        if idea_id == "idea-bad":
+            raise OverflowError("int too large to convert to float")
+        return real(ladder, version, tier, idea_id)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(promotion, "sigma_for", overflows_for_one)
+    sim = started(make_ladder(tmp_path))
+    sim.propose("idea-bad", "LR = 1.0->LR = 2.0")
+    sim.propose("idea-good", "LR = 1.0->LR = 2.5")
+    sim.run_all()
+    (bad,) = decisions(sim, "idea-bad")
+    assert bad.verdict is Verdict.REFUSED
+    assert (
+        bad.rule
+        == "the ladder failed on this idea (OverflowError: int too large to convert to float)"
+    )
+    assert champions(sim)[-1].idea_id == "idea-good"
+    replayed = make_ladder(tmp_path)
+    for message in sim.log:
+        replayed.observe(message)
+    assert replayed.act() == []
 
 
 async def test_a_ladder_that_cannot_act_keeps_serving_and_acts_when_it_can(
