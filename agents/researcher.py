@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from agents.brain import Attempt, Brain, Desk, Failure, Finding, Proposal
@@ -74,6 +74,8 @@ class Researcher:
         history: History | None = None,  # the host's, shared; None: one of its own
         screen: Screen | None = None,  # draw several candidates, send the best rated
         fixed: frozenset[str] = frozenset(),  # constants the project holds fixed (Desk.fixed)
+        ids: Callable[[str], str] = new_id,  # a simulation passes seeded ids: runs repeat exactly
+        clock: Callable[[], float] = time.monotonic,  # and its own clock for the rests
     ) -> None:
         if history is not None and (history.editable, history.target) != (editable, target):
             raise ValueError(
@@ -89,6 +91,8 @@ class Researcher:
         self.history = history if history is not None else History(editable, target)
         self.screen = screen
         self.fixed = fixed
+        self.ids = ids
+        self.clock = clock
         self.in_flight: set[str] = set()
         self.at_tier: dict[str, int] = {}  # own idea in flight -> the tier it is tested at
         self.notes: deque[str] = deque(maxlen=NOTES_KEPT)
@@ -195,11 +199,11 @@ class Researcher:
         version = self.champion
         if self.proposing or self.stopped or self.busy or version == 0:
             return None
-        if time.monotonic() < self.resting_until:
+        if self.clock() < self.resting_until:
             return None
         desk = self.desk()
         source = desk.source
-        idea_id, trace_id = new_id("idea"), new_id("trace")
+        idea_id, trace_id = self.ids("idea"), self.ids("trace")
         self.proposing = True
         try:
             if self.screen is not None and self.screen.candidates > 1:
@@ -235,7 +239,7 @@ class Researcher:
         tried = set(desk.tried)
         last = Attempt(None)
         for k in range(screen.candidates):
-            candidate_id = idea_id if k == 0 else new_id("idea")
+            candidate_id = idea_id if k == 0 else self.ids("idea")
             last = await self.brain.propose(
                 replace(desk, tried=frozenset(tried)), candidate_id, trace_id
             )
@@ -277,17 +281,17 @@ class Researcher:
         elif attempt.failed:
             self.failed_in_a_row += 1
             rest = self.cooldown_s * min(2 ** (self.failed_in_a_row - 1), MAX_BACKOFF)
-            self.resting_until = time.monotonic() + rest
+            self.resting_until = self.clock() + rest
         else:
             self.empty_in_a_row += 1
             rest = min(EMPTY_REST_S * 2 ** (self.empty_in_a_row - 1), MAX_EMPTY_REST_S)
-            self.resting_until = time.monotonic() + rest
+            self.resting_until = self.clock() + rest
         records = attempt.records
         said = attempt.nothing_to_move and self.said_nothing_to_move != version
         if said:
             self.said_nothing_to_move = version
             note = AgentEvent(
-                new_id("ev"), self.name, AgentEventKind.NOTE, "researcher", attempt.why_not
+                self.ids("ev"), self.name, AgentEventKind.NOTE, "researcher", attempt.why_not
             )
             records = (*records, note)
         if not (records or attempt.stopped or attempt.failed):

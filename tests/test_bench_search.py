@@ -240,3 +240,40 @@ def test_the_false_stacks_bench_runs_the_shipped_ladder_with_each_setting() -> N
     stacked, hit, top = nulls(gated, 1, 8, looks=True)
     assert stacked <= top and 8 <= top <= 24
     assert power(gated, 2, 1.0, looks=True) == 2
+
+
+REPEAT = """
+import json
+from bench.search.problems import SyntheticProblem
+from bench.search.sim import simulate
+from bench.search.swarm_method import SwarmMethod
+
+problem = SyntheticProblem(0.3)
+method = SwarmMethod(problem, 1, brain="tpe")
+jobs = []
+ask = method.ask
+method.ask = lambda: jobs.append(job := ask()) or job
+trajectory = simulate(problem, method, 300.0, 4)
+print(json.dumps([[p.compute, p.regret] for p in trajectory.points]))
+print(json.dumps([[j.rung, j.seed, dict(j.config)] for j in jobs if j is not None]))
+"""
+
+
+def test_a_simulated_swarm_repeats_exactly_in_another_process() -> None:
+    """Same problem, same seed: the same jobs and the same regret, whatever the process's hash
+    seed and however fast it runs (ideas' ids key the ladder's draws; rests count results)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
+        ran = subprocess.run(
+            [sys.executable, "-c", REPEAT], cwd=root, env=env, capture_output=True, text=True
+        )
+        assert ran.returncode == 0, ran.stderr
+        outputs.append(ran.stdout)
+    assert outputs[0].count("\n") == 2 and len(outputs[0]) > 1000
+    assert outputs[0] == outputs[1]

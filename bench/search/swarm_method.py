@@ -10,6 +10,9 @@ every message one part makes is shown to the others at once, and a RunSpec becom
 job whose loss the problem gives. As the real trainers do, a free worker takes the highest tier
 first, and a job made for a champion that has since changed is skipped without running.
 
+A run repeats exactly: ids are drawn from the seed (the ladder keys its draws, direct entries and
+spot checks, by idea id), and a researcher's rests are counted in results, not wall seconds.
+
 What it recommends is the current champion.
 """
 
@@ -17,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,6 +93,12 @@ def spec_result(spec: RunSpec, status: RunStatus, metric: float | None) -> RunRe
     )
 
 
+def seeded_ids(seed: int) -> Callable[[str], str]:
+    """Ids shaped as `bus.messages.new_id` makes them, drawn from `seed`."""
+    draw = random.Random(seed)
+    return lambda prefix: f"{prefix}-{draw.getrandbits(64):016x}"
+
+
 def ladder_tiers(rule: Mapping[str, float] | None = None) -> list[Tier]:
     """The shipped ladder's tiers, with some promotion-rule fields overridden (for sweeps)."""
     tiers = load_ladder(LADDER).tiers
@@ -157,6 +167,7 @@ class SwarmMethod:
         screening = Screen(screen, seed) if screen > 1 and shared is None else None
 
         memory: dict[str, str] = {}  # the portfolio researchers' shared record, as in a host
+        ids = seeded_ids(seed)
 
         def brain_of(i: int) -> Brain:
             heuristic = OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i))
@@ -178,9 +189,12 @@ class SwarmMethod:
                 cooldown_s=0.0,
                 history=history,
                 screen=screening,
+                ids=ids,
+                clock=lambda: float(self.told),
             )
             for i in range(agents)
         ]
+        self.told = 0  # results told: the researchers' clock, a rest of 1 s lasts one result
         self.shared = SharedHistory(history, self.researchers)
         self.queue: list[deque[RunSpec]] = [deque() for _ in tiers]
         self.turn = 0  # researchers are asked in turn
@@ -206,6 +220,7 @@ class SwarmMethod:
 
     def tell(self, job: Job, loss: float) -> None:
         assert isinstance(job.key, RunSpec)
+        self.told += 1
         self._result(job.key, RunStatus.OK, loss)
 
     def incumbent(self) -> Config:
