@@ -298,14 +298,11 @@ def test_ablator_reverts_a_stacked_change() -> None:
     assert again is not None and again.source != proposal.source
 
 
-async def test_a_researcher_with_nothing_untried_rests_longer_each_time_until_a_new_champion(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_researcher_with_nothing_untried_rests_longer_until_a_new_champion() -> None:
     # A recipe with no constants: the heuristic has no move at all.
     clock = [100.0]
-    monkeypatch.setattr("agents.researcher.time.monotonic", lambda: clock[0])
     brain = OfflineBrain(HeuristicBrain(Persona.EXPLORER, 0))
-    researcher = Researcher("r", brain, "recipe.py", "bytelm", 1, 2)
+    researcher = Researcher("r", brain, "recipe.py", "bytelm", 1, 2, clock=lambda: clock[0])
     researcher.observe(ChampionChange(1, 0, ChangeKind.INITIAL, "a", source="print('hi')\n"))
     rests = []
     for i in range(7):

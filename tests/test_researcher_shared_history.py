@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -23,6 +24,7 @@ from bus.messages import (
     RunResult,
     RunStatus,
     Verdict,
+    new_id,
 )
 from recipes.identity import fingerprint
 from recipes.patch import make_patch
@@ -57,9 +59,13 @@ def proposals(count: int) -> list[Proposal]:
 
 
 def team_of(
-    count: int, history: History | None, max_in_flight: int = 1, idle: int = 0
+    count: int,
+    history: History | None,
+    max_in_flight: int = 1,
+    idle: int = 0,
+    ids: Callable[[str], str] = new_id,
 ) -> list[Researcher]:
-    """`count` researchers with an idea each, then `idle` with none."""
+    """`count` researchers with an idea each, then `idle` with none; their clock stands at 100."""
     scripts: list[Proposal | None] = [*proposals(count), *[None] * idle]
     return [
         Researcher(
@@ -70,6 +76,8 @@ def team_of(
             max_in_flight,
             1,
             history=history,
+            ids=ids,
+            clock=lambda: 100.0,
         )
         for i, p in enumerate(scripts)
     ]
@@ -179,18 +187,13 @@ def view(r: Researcher) -> tuple[object, ...]:
     )
 
 
-def test_the_shared_fold_leaves_each_researcher_as_a_fold_of_its_own_would(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_shared_fold_leaves_each_researcher_as_a_fold_of_its_own_would() -> None:
     # The same researchers, the same ideas (same ids), the same stream: folded once and told
     # to whom it concerns, or folded by every researcher into a history of its own.
-    monkeypatch.setattr("agents.researcher.time.monotonic", lambda: 100.0)
-
     def run(shared: bool) -> tuple[list[tuple[object, ...]], list[list[int]]]:
         counter = itertools.count()
-        monkeypatch.setattr("agents.researcher.new_id", lambda prefix: f"{prefix}-{next(counter)}")
         history = History("recipe.py", "bytelm") if shared else None
-        team = team_of(3, history, idle=1)
+        team = team_of(3, history, idle=1, ids=lambda prefix: f"{prefix}-{next(counter)}")
         host = SharedHistory(history, team) if history is not None else None
 
         def fold(message: Message) -> list[int]:
