@@ -2,11 +2,12 @@
 
 Each evaluation (training/evaluator.py) is replayed in this process with a cheating model on the
 real val split: one fresh model per batch, as `fresh_eval` gives (a new process per batch), and
-the count of evaluations that `finish()` scored instead of refusing is printed per cheater.
+the count of evaluations that `finish()` scored instead of refusing is printed per cheater, with
+their mean val_bpb (what the cheat gained over the honest model, which it builds on).
 
     python -m bench.probe_misses                      # tier 0's shape: context 64, 16384 bytes
     python -m bench.probe_misses --context 16 --tokens 512 --evaluations 2000
-    python -m bench.probe_misses --twins 1            # one twin per probe batch, as before
+    python -m bench.probe_misses --twins 8            # eight twins at random splits, as before
 
 The cheaters add a large logit on the next byte of their own window (a one-byte peek):
 - `peeker`: on every window;
@@ -14,15 +15,20 @@ The cheaters add a large logit on the next byte of their own window (a one-byte 
   first bytes (tests/test_training_sandbox.py's REPLAYING_PEEKER);
 - `peeks on q`: only on windows whose first 4 bytes hash into a fraction q, so most of its
   windows gain and each probe catches it only if its window is one of them;
-- `peeks at position 0`: only the prediction of the second byte reads it; a probe catches it
-  only where its twin diverges right after the first byte (1 in context - 1 twins).
+- `peeks at position 0` (and `at position 40`): only the prediction at that position reads the
+  next byte; a probe catches it only where its twin diverges right there, which the shipped
+  evaluator does on every evaluation (a twin at every split), and eight twins at random splits
+  did in about one evaluation in eight;
+- `peeks at 0 on 0.25`: at position 0, on a quarter of its windows.
 Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,7 +37,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from training import evaluator
 from training.corpus import load_corpus
 from training.evaluator import Evaluation, NonCausalModel
 
@@ -54,12 +59,15 @@ def peeker(base: Model, share: float = 1.0) -> Model:
     return forward
 
 
-def peeks_at_first(base: Model) -> Model:
-    """Reads only the second byte, for the prediction at position 0."""
+def peeks_at(base: Model, position: int, share: float = 1.0) -> Model:
+    """Reads only the byte after `position`, for the prediction there."""
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         out = base(x)
-        out[:, 0] += 30 * F.one_hot(x[:, 1].long(), 256)
+        for i, row in enumerate(x):
+            # chosen by the bytes it may read there, so a twin's split changes no choice
+            if hashlib.sha256(bytes(row[: position + 1].tolist())).digest()[0] < share * 256:
+                out[i, position] += 30 * F.one_hot(row[position + 1].long(), 256)
         return out
 
     return forward
@@ -81,18 +89,15 @@ def replaying(model: Model) -> Model:
     return forward
 
 
-def missed(make: Callable[[], Model], val: torch.Tensor, args: argparse.Namespace) -> int:
-    """Evaluations scored instead of refused, of `args.evaluations`."""
-    scored = 0
+def missed(make: Callable[[], Model], val: torch.Tensor, args: argparse.Namespace) -> list[float]:
+    """The val_bpb of each evaluation scored instead of refused, of `args.evaluations`."""
+    scored = []
     for _ in range(args.evaluations):
-        evaluation = Evaluation(val, args.context, args.tokens)
+        evaluation = Evaluation(val, args.context, args.tokens, args.twins)
         for index, batch in enumerate(evaluation.batches):
             evaluation.take(index, make()(batch[:, :-1]))  # a fresh model per batch
-        try:
-            evaluation.finish()
-            scored += 1
-        except NonCausalModel:
-            pass
+        with contextlib.suppress(NonCausalModel):  # refused: not scored
+            scored.append(evaluation.finish())
     return scored
 
 
@@ -101,10 +106,8 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--evaluations", type=int, default=500)
-    parser.add_argument("--twins", type=int, default=evaluator.TWINS_PER_BATCH)
-    parser.add_argument("--probe-batches", type=int, default=evaluator.PROBE_BATCHES)
+    parser.add_argument("--twins", type=int, help="twins per evaluation (default: every split)")
     args = parser.parse_args()
-    evaluator.TWINS_PER_BATCH, evaluator.PROBE_BATCHES = args.twins, args.probe_batches
     with tempfile.TemporaryDirectory() as cache:
         val = load_corpus(Path(cache)).val
     table = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
@@ -113,19 +116,22 @@ def main() -> None:
         "replaying peeker": lambda: replaying(peeker(honest(table))),
         "peeks on 0.5": lambda: peeker(honest(table), 0.5),
         "peeks on 0.25": lambda: peeker(honest(table), 0.25),
-        "peeks at position 0": lambda: peeks_at_first(honest(table)),
+        "peeks at position 0": lambda: peeks_at(honest(table), 0),
+        "peeks at position 40": lambda: peeks_at(honest(table), min(40, args.context - 2)),
+        "peeks at 0 on 0.25": lambda: peeks_at(honest(table), 0, 0.25),
         "honest (control)": lambda: honest(table),
     }
     print(
-        f"context {args.context}, {args.tokens} bytes, {args.probe_batches} probe batches of "
-        f"{args.twins} twins, {args.evaluations} evaluations each"
+        f"context {args.context}, {args.tokens} bytes, "
+        f"{args.twins or args.context - 1} twins, {args.evaluations} evaluations each"
     )
     for name, make in cheaters.items():
         start = time.monotonic()
-        n = missed(make, val, args)
+        scored = missed(make, val, args)
+        bpb = f"val_bpb {statistics.mean(scored):.4f}" if scored else ""
         print(
-            f"{name:18} scored {n:5d} / {args.evaluations}  ({n / args.evaluations:.2%})"
-            f"  {time.monotonic() - start:.0f} s"
+            f"{name:20} scored {len(scored):5d} / {args.evaluations}  "
+            f"({len(scored) / args.evaluations:6.1%})  {bpb:16} {time.monotonic() - start:.0f} s"
         )
 
 

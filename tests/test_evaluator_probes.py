@@ -40,7 +40,7 @@ def test_every_twin_diverges_right_after_its_split() -> None:
     for _ in range(20):
         evaluation = Evaluation(val, 32, 4096)
         windows = evaluation._windows()
-        assert len(evaluation._probes) == 8
+        assert len(evaluation._probes) == 31  # one per split
         for index, twins in evaluation._probe_batch.items():
             for probe, row in twins:
                 window, split = evaluation._probes[probe]
@@ -49,12 +49,19 @@ def test_every_twin_diverges_right_after_its_split() -> None:
                 assert twin[split + 1] != windows[window][split + 1]
 
 
-def test_a_twin_may_diverge_anywhere_a_peek_could_read() -> None:
-    """A red team peeked only at position 0 (reading the window's second byte) while no twin
-    could diverge there, and passed every evaluation: every split a peek can be caught at is
-    drawn, 0 included."""
+def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> None:
+    """A twin catches a one-byte peek only at its split. A red team peeked only at position 0
+    while no twin could split there, and passed every evaluation; with eight twins at random
+    splits, a peek at any one position still passed 88%. Each evaluation now splits a twin at
+    every position, each twin of a distinct window, in as few probe batches as hold them."""
     val = torch.randint(0, 256, (50_000,), dtype=torch.uint8)
-    splits = set()
-    for _ in range(40):
-        splits.update(split for _, split in Evaluation(val, 8, 1024)._probes)
-    assert splits == set(range(7))
+    for context, tokens, batches in ((8, 1024, 1), (64, 16_384, 2), (128, 16_384, 4)):
+        evaluation = Evaluation(val, context, tokens)
+        splits = [split for _, split in evaluation._probes]
+        assert sorted(splits) == list(range(context - 1))
+        assert len({window for window, _ in evaluation._probes}) == context - 1
+        assert len(evaluation._probe_batch) == batches
+    few = Evaluation(val, 64, 1024)  # 16 windows: as many twins as distinct windows allow
+    assert len(few._probes) == 16 and len({s for _, s in few._probes}) == 16
+    some = Evaluation(val, 64, 16_384, twins=8)
+    assert len(some._probes) == 8 and len(some._probe_batch) == 1

@@ -221,9 +221,10 @@ def test_the_metric_cannot_be_faked(
     assert result.metric == (baseline if status == RunStatus.OK else None)
 
 
-def _peeker(condition: str, offset: str) -> str:
-    """A model that adds 30 to the logit of the next input byte (it looks ahead) when
-    `condition` holds of its batch `x`, and `offset` to every logit."""
+def _peeker(condition: str, offset: str, at: str = ":-1") -> str:
+    """A model that adds 30 to the logit of the next input byte (it looks ahead) at positions
+    `at` when `condition` holds of its batch `x`, and `offset` to every logit."""
+    ahead = "1:" if at == ":-1" else str(int(at) + 1)
     return edit(
         "    return model\n",
         f"""    class Peek(torch.nn.Module):
@@ -234,7 +235,7 @@ def _peeker(condition: str, offset: str) -> str:
         def forward(self, x):
             out = self.model(x) + {offset}
             if {condition}:
-                out[:, :-1] += 30 * F.one_hot(x[:, 1:], 256)
+                out[:, {at}] += 30 * F.one_hot(x[:, {ahead}], 256)
             return out
 
     return Peek()
@@ -289,9 +290,10 @@ HOOKED_EVALUATION = edit(
     [
         _peeker("True", "1e6"),
         _peeker("x.shape[0] > 1", "0"),  # honest only where probes used to be: batches of one
+        _peeker("True", "0", at="0"),  # a red team's: passed 88% when twins split at random
         HOOKED_EVALUATION,
     ],
-    ids=["peek-with-offset", "peek-except-in-batches-of-one", "hooked-evaluation"],
+    ids=["peek-with-offset", "peek-except-in-batches-of-one", "peek-at-0", "hooked-evaluation"],
 )
 def test_a_model_that_looks_ahead_is_refused_however_it_hides(
     corpus: Corpus, tmp_path: Path, cheat: str

@@ -11,9 +11,11 @@ batches among the real ones, at places drawn afresh for each evaluation, so the 
 compare them side by side, and a probe batch looks like any other (the same size, the twins at
 random rows among distinct windows of the val split): a red team noted that a model could be
 causal only in batches of one, which is what probes used to be, and another told them by a
-repeated row. Eight twins (of distinct windows) per evaluation: a model that peeks on only a
-share of its windows is caught unless none of the eight is one of them
-(`python -m bench.probe_misses` measures the misses).
+repeated row. A twin catches a one-byte peek only at its split, so every evaluation carries a
+twin at every split a peek could read from (0 to context - 2), each of a distinct window: a
+red team that peeked at one position passed 88% of evaluations when eight twins were drawn at
+random splits. A model that peeks on only some windows is caught where a twin's window is one of
+them (`python -m bench.probe_misses` measures the misses).
 Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
 to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
 Each batch is answered by a fresh process (fresh_eval.py), so a model cannot remember a real
@@ -34,8 +36,6 @@ import torch.nn.functional as F
 from training.protocol import VOCAB
 
 EVAL_BATCH = 32  # windows per batch: one fresh evaluation process each (fresh_eval.py)
-PROBE_BATCHES = 2  # batches of twins per evaluation, one fresh process each
-TWINS_PER_BATCH = 4  # twins of distinct windows per probe batch, among real windows as covers
 PROBE_TOLERANCE = 1e-3  # max |Δ log-probability| over the shared prefix for a causal model
 
 
@@ -55,6 +55,7 @@ class Evaluation:
     val: torch.Tensor
     context: int
     n_tokens: int
+    twins: int | None = None  # None: one per split a peek could read from (context - 1)
     batches: list[torch.Tensor] = field(default_factory=list)
     nats: float = 0.0
     scored: int = 0
@@ -70,24 +71,22 @@ class Evaluation:
         # learned of one run's probes says where the next run's are, or what they hold.
         rng = random.Random(os.urandom(16))
         order: list[tuple[torch.Tensor, list[tuple[int, int]]]] = [(b, []) for b in real]
-        unprobed = list(range(len(windows)))
-        for _ in range(PROBE_BATCHES):
-            twinned = rng.sample(unprobed, min(TWINS_PER_BATCH, len(real[0]), len(unprobed)))
-            unprobed = [i for i in unprobed if i not in twinned]
+        twins = self._draw_twins(len(windows), rng)
+        size = len(real[0])
+        batches = -(-len(twins) // size)  # as few probe batches (processes) as hold them
+        for k in range(batches):
+            mine = twins[k::batches]
             # The twins at random rows among other windows of the val split, as many as a real
             # batch holds and all different, as a real batch's are (a red team told probe
             # batches by a repeated row); never a twin's own window, which the model could
             # compare it with.
-            others = [i for i in range(len(windows)) if i not in twinned]
-            cover = [
-                windows[i]
-                for i in rng.sample(others, min(len(others), len(real[0]) - len(twinned)))
-            ]
-            rows = sorted(rng.sample(range(len(cover) + len(twinned)), len(twinned)))
+            own = {index for index, _ in mine}
+            others = [i for i in range(len(windows)) if i not in own]
+            cover = [windows[i] for i in rng.sample(others, min(len(others), size - len(mine)))]
+            rows = sorted(rng.sample(range(len(cover) + len(mine)), len(mine)))
             probes = []
-            for row, index in zip(rows, twinned, strict=True):
-                twin, split = self._twin(windows[index], rng)
-                cover.insert(row, twin)
+            for row, (index, split) in zip(rows, mine, strict=True):
+                cover.insert(row, self._twin(windows[index], split, rng))
                 probes.append((len(self._probes), row))
                 self._probes.append((index, split))
             order.insert(rng.randrange(len(order) + 1), (torch.stack(cover), probes))
@@ -100,20 +99,27 @@ class Evaluation:
                 first += len(windows_of)
             self.batches.append(windows_of)
 
-    def _twin(self, window: torch.Tensor, rng: random.Random) -> tuple[torch.Tensor, int]:
-        """(twin, split): `window` up to a random split, then bytes from elsewhere in the val
-        split. The first byte after the split always differs from the window's own: a replaying
-        peeker passed one evaluation in about 150 when the donor happened to start with the
-        same byte (and the probe then checked a prefix that had not diverged yet). The split
-        may be 0: a red team peeked only at position 0 (the second byte) while no split could
-        be there, and passed every evaluation."""
+    def _draw_twins(self, windows: int, rng: random.Random) -> list[tuple[int, int]]:
+        """(window index, split) of each twin: distinct windows, and the splits a peek could
+        be caught at (0 to context - 2) each once before any twice."""
+        positions = max(0, self.context - 1)
+        count = min(positions if self.twins is None else self.twins, windows)
+        splits: list[int] = []
+        while positions and len(splits) < count:
+            splits += rng.sample(range(positions), positions)
+        return list(zip(rng.sample(range(windows), count), splits, strict=False))
+
+    def _twin(self, window: torch.Tensor, split: int, rng: random.Random) -> torch.Tensor:
+        """`window` up to `split`, then bytes from elsewhere in the val split. The first byte
+        after the split always differs from the window's own: a replaying peeker passed one
+        evaluation in about 150 when the donor happened to start with the same byte (and the
+        probe then checked a prefix that had not diverged yet)."""
         for _ in range(1000):
-            split = rng.randrange(0, self.context - 1)  # 0 too: a peek at position 0
             donor = rng.randrange(len(self.val) - self.context - 1)
             if self.val[donor] != window[split + 1]:
                 twin = window.clone()
                 twin[split + 1 :] = self.val[donor : donor + self.context - split]
-                return twin, split
+                return twin
         raise ValueError("the val split is too uniform to make causality probes from it")
 
     def _windows(self) -> torch.Tensor:
