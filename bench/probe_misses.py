@@ -19,7 +19,9 @@ The cheaters add a large logit on the next byte of their own window (a one-byte 
   next byte; a probe catches it only where its twin diverges right there, which the shipped
   evaluator does on every evaluation (a twin at every split), and eight twins at random splits
   did in about one evaluation in eight;
-- `peeks at 0 on 0.25`: at position 0, on a quarter of its windows.
+- `peeks at 0 on 0.25`: at position 0, on a quarter of its windows;
+- `peeks once a window`: at one position per window, chosen by its first byte: each twin
+  catches it with odds of 1 in context - 1, so it passes about e^-1 of evaluations.
 Prints figures; asserts nothing.
 """
 
@@ -73,6 +75,20 @@ def peeks_at(base: Model, position: int, share: float = 1.0) -> Model:
     return forward
 
 
+def peeks_somewhere(base: Model) -> Model:
+    """Reads one byte ahead at one position per window, chosen by the window's first byte: a
+    twin catches it only if its split is the position its window chose."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = base(x)
+        for i, row in enumerate(x):
+            at = hashlib.sha256(bytes(row[:1].tolist())).digest()[0] % (len(row) - 1)
+            out[i, at] += 30 * F.one_hot(row[at + 1].long(), 256)
+        return out
+
+    return forward
+
+
 def replaying(model: Model) -> Model:
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -119,6 +135,7 @@ def main() -> None:
         "peeks at position 0": lambda: peeks_at(honest(table), 0),
         "peeks at position 40": lambda: peeks_at(honest(table), min(40, args.context - 2)),
         "peeks at 0 on 0.25": lambda: peeks_at(honest(table), 0, 0.25),
+        "peeks once a window": lambda: peeks_somewhere(honest(table)),
         "honest (control)": lambda: honest(table),
     }
     print(
