@@ -12,24 +12,31 @@ import torch
 from training.evaluator import EVAL_BATCH, Evaluation
 
 
-def test_probe_batches_look_like_real_ones_and_move_between_evaluations() -> None:
-    """A red team told probe batches by a repeated row (covers drawn with replacement) and by
-    their fixed places (after batches 0 and 5 at tier 0)."""
+def test_every_batch_mixes_twins_with_real_windows_and_none_is_a_probe_batch() -> None:
+    """A red team told probe batches by a repeated row (covers drawn with replacement), by
+    their fixed places and by their being batches of one; a batch made mostly of twins could be
+    told by its splices. Every batch now holds distinct rows, real windows and twins in the same
+    proportion, at rows that move between evaluations, and never a twin with its own window."""
     val = torch.randint(0, 256, (200_000,), dtype=torch.uint8)
-    places = set()
+    layouts = set()
     for _ in range(5):
         evaluation = Evaluation(val, 64, 16_384)
-        probes = sorted(evaluation._probe_batch)
-        places.add(tuple(probes))
-        for index in probes:
-            rows = {bytes(row.tolist()) for row in evaluation.batches[index]}
-            assert len(rows) == len(evaluation.batches[index]) == EVAL_BATCH
-        for index, twins in evaluation._probe_batch.items():
-            batch = evaluation.batches[index]
-            for probe, _ in twins:  # no twin's own window travels with it
-                own = evaluation._windows()[evaluation._probes[probe][0]]
-                assert not any(torch.equal(row, own) for row in batch)
-    assert len(places) > 1
+        windows = evaluation._windows()
+        assert len(evaluation.batches) == 10  # 256 windows and 63 twins: 319 rows
+        layouts.add(tuple(tuple(rows) for rows in evaluation._rows))
+        for batch, rows in zip(evaluation.batches, evaluation._rows, strict=True):
+            assert len({bytes(row.tolist()) for row in batch}) == len(batch)
+            assert len(batch) in (EVAL_BATCH - 1, EVAL_BATCH)
+            assert sum(kind == "twin" for kind, _ in rows) in (6, 7)
+            own = {evaluation._probes[i][0] for kind, i in rows if kind == "twin"}
+            real = {i for kind, i in rows if kind == "real"}
+            assert not own & real
+            for row, (kind, i) in zip(batch, rows, strict=True):
+                if kind == "real":
+                    assert torch.equal(row, windows[i])
+        scored = sorted(i for rows in evaluation._rows for kind, i in rows if kind == "real")
+        assert scored == list(range(len(windows)))  # every real window scored once
+    assert len(layouts) == 5
 
 
 def test_every_twin_diverges_right_after_its_split() -> None:
@@ -41,27 +48,28 @@ def test_every_twin_diverges_right_after_its_split() -> None:
         evaluation = Evaluation(val, 32, 4096)
         windows = evaluation._windows()
         assert len(evaluation._probes) == 31  # one per split
-        for index, twins in evaluation._probe_batch.items():
-            for probe, row in twins:
-                window, split = evaluation._probes[probe]
-                twin = evaluation.batches[index][row]
-                assert torch.equal(twin[: split + 1], windows[window][: split + 1])
-                assert twin[split + 1] != windows[window][split + 1]
+        for batch, rows in zip(evaluation.batches, evaluation._rows, strict=True):
+            for twin, (kind, probe) in zip(batch, rows, strict=True):
+                if kind == "twin":
+                    window, split = evaluation._probes[probe]
+                    assert torch.equal(twin[: split + 1], windows[window][: split + 1])
+                    assert twin[split + 1] != windows[window][split + 1]
 
 
 def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> None:
     """A twin catches a one-byte peek only at its split. A red team peeked only at position 0
     while no twin could split there, and passed every evaluation; with eight twins at random
     splits, a peek at any one position still passed 88%. Each evaluation now splits a twin at
-    every position, each twin of a distinct window, in as few probe batches as hold them."""
+    every position, each twin of a distinct window, in no more batches than its rows fill."""
     val = torch.randint(0, 256, (50_000,), dtype=torch.uint8)
-    for context, tokens, batches in ((8, 1024, 1), (64, 16_384, 2), (128, 16_384, 4)):
+    for context, tokens, batches in ((8, 1024, 5), (64, 16_384, 10), (128, 16_384, 8)):
         evaluation = Evaluation(val, context, tokens)
         splits = [split for _, split in evaluation._probes]
         assert sorted(splits) == list(range(context - 1))
         assert len({window for window, _ in evaluation._probes}) == context - 1
-        assert len(evaluation._probe_batch) == batches
+        assert len(evaluation.batches) == batches
     few = Evaluation(val, 64, 1024)  # 16 windows: as many twins as distinct windows allow
     assert len(few._probes) == 16 and len({s for _, s in few._probes}) == 16
+    assert len(few.batches) == 2  # 32 rows, but a twin never travels with its own window
     some = Evaluation(val, 64, 16_384, twins=8)
-    assert len(some._probes) == 8 and len(some._probe_batch) == 1
+    assert len(some._probes) == 8 and len(some.batches) == 9

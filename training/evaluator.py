@@ -6,12 +6,11 @@ and returns logits; the loss, the number of scored bytes and the metric are comp
 A model that peeks at later bytes in its window (non-causal attention, or any trick that reads
 the future inputs) would score far too well. Causality probes catch it: "twin" windows share a
 prefix with a real window and then diverge at a random point, with a byte that differs; a causal
-model's predictions over the shared prefix are identical for both. Twins travel in separate
-batches among the real ones, at places drawn afresh for each evaluation, so the model cannot
-compare them side by side, and a probe batch looks like any other (the same size, the twins at
-random rows among distinct windows of the val split): a red team noted that a model could be
-causal only in batches of one, which is what probes used to be, and another told them by a
-repeated row. A twin catches a one-byte peek only at its split, so every evaluation carries a
+model's predictions over the shared prefix are identical for both. Twins travel among the real
+windows, every batch the same mix at rows drawn afresh for each evaluation, never with their own
+window, so the model cannot compare them side by side nor tell a batch that is checked from one
+that is scored (red teams told separate probe batches by their being batches of one, and by a
+repeated row). A twin catches a one-byte peek only at its split, so every evaluation carries a
 twin at every split a peek could read from (0 to context - 2), each of a distinct window: a
 red team that peeked at one position passed 88% of evaluations when eight twins were drawn at
 random splits. A model that peeks on only some windows is caught where a twin's window is one of
@@ -57,47 +56,58 @@ class Evaluation:
     n_tokens: int
     twins: int | None = None  # None: one per split a peek could read from (context - 1)
     batches: list[torch.Tensor] = field(default_factory=list)
-    nats: float = 0.0
-    scored: int = 0
-    _first_window: dict[int, int] = field(default_factory=dict)  # real batch -> window index
-    _probe_batch: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # probe, row
+    # every scored byte's log-probability, summed exactly at the end: the metric does not
+    # depend on which batches the windows were dealt to, which changes every evaluation
+    _logp: list[float] = field(default_factory=list)
+    # batch -> its rows: ("real", window index) scored, or ("twin", probe) kept for the check
+    _rows: list[list[tuple[str, int]]] = field(default_factory=list)
     _probes: list[tuple[int, int]] = field(default_factory=list)  # (window index, split)
     _logits: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         windows = self._windows()  # fixed: every run of every idea is scored on the same bytes
-        real = [windows[i : i + EVAL_BATCH] for i in range(0, len(windows), EVAL_BATCH)]
         # The probes are not scored, so they are drawn afresh for each evaluation: nothing
         # learned of one run's probes says where the next run's are, or what they hold.
         rng = random.Random(os.urandom(16))
-        order: list[tuple[torch.Tensor, list[tuple[int, int]]]] = [(b, []) for b in real]
-        twins = self._draw_twins(len(windows), rng)
-        size = len(real[0])
-        batches = -(-len(twins) // size)  # as few probe batches (processes) as hold them
-        for k in range(batches):
-            mine = twins[k::batches]
-            # The twins at random rows among other windows of the val split, as many as a real
-            # batch holds and all different, as a real batch's are (a red team told probe
-            # batches by a repeated row); never a twin's own window, which the model could
-            # compare it with.
-            own = {index for index, _ in mine}
-            others = [i for i in range(len(windows)) if i not in own]
-            cover = [windows[i] for i in rng.sample(others, min(len(others), size - len(mine)))]
-            rows = sorted(rng.sample(range(len(cover) + len(mine)), len(mine)))
-            probes = []
-            for row, (index, split) in zip(rows, mine, strict=True):
-                cover.insert(row, self._twin(windows[index], split, rng))
-                probes.append((len(self._probes), row))
-                self._probes.append((index, split))
-            order.insert(rng.randrange(len(order) + 1), (torch.stack(cover), probes))
-        first = 0
-        for windows_of, probes in order:
-            if probes:
-                self._probe_batch[len(self.batches)] = probes
+        self._probes = self._draw_twins(len(windows), rng)
+        twins = [self._twin(windows[index], split, rng) for index, split in self._probes]
+        self._rows = self._deal(len(windows), rng)
+        for rows in self._rows:
+            self.batches.append(
+                torch.stack([windows[i] if kind == "real" else twins[i] for kind, i in rows])
+            )
+
+    def _deal(self, windows: int, rng: random.Random) -> list[list[tuple[str, int]]]:
+        """Every batch the same mix of real windows and twins, at random rows, never a twin
+        with its own window (which the model could compare it with). A batch made mostly of
+        twins could be told from the others by the splices its rows hold, summed over the
+        batch (a reading, not an attack tried); red teams told probe batches by a repeated row
+        and by batches of one. So no batch is a probe batch: a model that is causal only where
+        it is checked must tell a twin from a real window row by row."""
+        twins, total = len(self._probes), windows + len(self._probes)
+        count = max(-(-total // EVAL_BATCH), 2 if twins else 1)  # as few processes as hold them
+        room = [twins // count + (k < twins % count) for k in range(count)]  # twins of each
+        share = [total // count + (k < total % count) - room[k] for k in range(count)]
+        start = [sum(share[:k]) for k in range(count + 1)]
+        for _ in range(100):  # a twin that finds no batch but its window's: deal again
+            real = rng.sample(range(windows), windows)
+            rows = [[("real", w) for w in real[start[k] : start[k + 1]]] for k in range(count)]
+            batch_of = {w: k for k, batch in enumerate(rows) for _, w in batch}
+            left = list(room)
+            for probe in rng.sample(range(twins), twins):
+                open_ = [
+                    k for k in range(count) if left[k] and k != batch_of[self._probes[probe][0]]
+                ]
+                if not open_:
+                    break
+                k = rng.choice(open_)
+                rows[k].append(("twin", probe))
+                left[k] -= 1
             else:
-                self._first_window[len(self.batches)] = first
-                first += len(windows_of)
-            self.batches.append(windows_of)
+                for batch in rows:
+                    rng.shuffle(batch)
+                return rows
+        raise ValueError("could not place the causality probes apart from their windows")
 
     def _draw_twins(self, windows: int, rng: random.Random) -> list[tuple[int, int]]:
         """(window index, split) of each twin: distinct windows, and the splits a peek could
@@ -131,32 +141,31 @@ class Evaluation:
         return torch.stack([self.val[i * stride : i * stride + span] for i in range(n)])
 
     def take(self, batch: int, logits: torch.Tensor) -> None:
-        """Score a real batch, or keep a probe's logits for the causality check."""
+        """Score a batch's real windows; keep the logits the causality check compares."""
         if not bool(torch.isfinite(logits).all()):
             raise InvalidLogits(
                 f"the model returned non-finite logits (NaN or inf) in batch {batch}"
             )
-        if batch in self._probe_batch:
-            for probe, row in self._probe_batch[batch]:
-                self._logits[("twin", probe)] = logits[row]
-            return
-        windows = self.batches[batch]
-        targets = windows[:, 1:].long()
-        logp = F.log_softmax(logits.reshape(-1, VOCAB).double(), dim=-1)
-        self.nats -= float(logp.gather(1, targets.reshape(-1, 1)).sum())
-        self.scored += targets.numel()
-        first = self._first_window[batch]
-        for probe, (index, _) in enumerate(self._probes):
-            if first <= index < first + len(windows):
-                self._logits[("real", probe)] = logits[index - first]
+        rows = self._rows[batch]
+        probed = {window: probe for probe, (window, _) in enumerate(self._probes)}
+        real = [row for row, (kind, _) in enumerate(rows) if kind == "real"]
+        targets = self.batches[batch][real, 1:].long()
+        logp = F.log_softmax(logits[real].reshape(-1, VOCAB).double(), dim=-1)
+        self._logp += logp.gather(1, targets.reshape(-1, 1)).flatten().tolist()
+        for row, (kind, i) in enumerate(rows):
+            if kind == "twin":
+                self._logits[("twin", i)] = logits[row]
+            elif i in probed:
+                self._logits[("real", probed[i])] = logits[row]
 
     def finish(self) -> float:
         """Check every probe against its real window, then return val_bpb."""
         for probe, (_, split) in enumerate(self._probes):
             self._check_twin(self._logits[("real", probe)], self._logits[("twin", probe)], split)
-        if self.scored == 0 or not math.isfinite(self.nats):
+        nats = -math.fsum(self._logp)
+        if not self._logp or not math.isfinite(nats):
             raise ValueError("evaluation produced no finite loss")
-        return self.nats / math.log(2) / self.scored
+        return nats / math.log(2) / len(self._logp)
 
     @staticmethod
     def _check_twin(real: torch.Tensor, twin: torch.Tensor, split: int) -> None:
