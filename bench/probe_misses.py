@@ -12,7 +12,7 @@ their mean val_bpb (what the cheat gained over the honest model, which it builds
 The cheaters add a large logit on the next byte of their own window (a one-byte peek):
 - `peeker`: on every window;
 - `replaying peeker`: also copies the outputs of an earlier row of its batch that shares the
-  first bytes (tests/test_training_sandbox.py's REPLAYING_PEEKER);
+  first bytes (tests/test_evaluation_cheats.py's REPLAYING_PEEKER);
 - `peeks on q`: only on windows whose first 4 bytes hash into a fraction q, so most of its
   windows gain and each probe catches it only if its window is one of them;
 - `peeks at position 0` (and `at position 40`): only the prediction at that position reads the

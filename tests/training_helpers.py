@@ -9,12 +9,26 @@ from pathlib import Path
 from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from training.corpus import Corpus
 from training.runner import RunLimits, run_bytelm
+from training.sandbox import Limits
 from training.spec_recipe import patched_or_refused
 from training.targets import RECIPE
 
 TINY_DIALS = {"depth": 1, "width": 32, "context": 16}
 TINY_LIMITS = RunLimits(time_limit_s=60, eval_tokens=512)
 CHAMPION = RECIPE.read_text()
+
+
+def small_limits(status: RunStatus) -> RunLimits:
+    """Small limits keep the tests quick (4 GiB of zeroed pages, or 1 GiB of disk, take long);
+    a hang is given 2 s."""
+    memory_and_disk = Limits(
+        address_space_bytes=3 * 1024**3,
+        file_size_bytes=32 * 2**20,
+        disk_bytes=64 * 2**20,
+        disk_files=1000,
+    )
+    time_limit = 2 if status == RunStatus.TIMEOUT else 60
+    return RunLimits(time_limit_s=time_limit, eval_tokens=512, limits=memory_and_disk)
 
 
 def patch_for(new_source: str, name: str = "recipe.py") -> str:
