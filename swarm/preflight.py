@@ -4,7 +4,8 @@ Offline brains (tpe, gp, heuristic) only move the editable file's constants. Poi
 with none they may move (a script whose config is below its code, or every dial fixed), they
 would sit idle while trainers wait: `swarm start` and `swarm agents` refuse that up front,
 naming the file and how to give the brains something to move. Likewise an LLM brain without
-its key, price or research direction, and experiments this machine cannot confine.
+its key, price or research direction, experiments this machine cannot confine, a web view
+beyond loopback with no credentials to ask for, and a workspace already at its experiment limit.
 
 Light on purpose: `swarm start` runs these checks, and importing the researchers themselves
 (autogen-core, Optuna, scikit-learn: ~2 s) is the agents process's cost, not the start's.
@@ -20,6 +21,7 @@ from recipes.constants import constants
 from recipes.fixed import fixed_names, nothing_to_move
 from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import built_in
+from swarm.errors import SwarmError
 from swarm.ladder_process import target_info
 from swarm.workspace import Workspace
 from training.sandbox import UNSAFE_FLAG, missing_confinement
@@ -111,3 +113,41 @@ def check_confinement(config: SwarmConfig) -> str:
             "true) to run them anyway"
         )
     return f"swarm: {UNSAFE_FLAG}: experiments run unconfined (no {lacking})"
+
+
+def check_web(config: SwarmConfig) -> None:
+    """A web view beyond loopback needs credentials to ask for: the embedded server's cli
+    role has its own; on an external bus, the user and password this command was given."""
+    from swarm.web_command import is_loopback
+
+    web, bus = config.web, config.bus
+    if web.enabled and not is_loopback(web.host) and bus.url and not (bus.user and bus.password):
+        raise ConfigError(
+            f"web.host {web.host!r} is not loopback: on an external bus the web view needs "
+            "bus.user and a password (SWARM_NATS_PASSWORD) to ask visitors for; or web.enabled "
+            "= false, or --no-web"
+        )
+
+
+def check_limit_left(config: SwarmConfig, workspace: Workspace) -> None:
+    """Refuse at once to resume a workspace whose ledger already holds the experiment limit:
+    started anyway, the swarm would come up and stop at its first status line, saying nothing
+    of why (a newcomer waited 26 s for that)."""
+    import duckdb  # here: trainers import this module too, and need no ledger client
+
+    from ledger.sql_protocol import SqlError
+    from swarm.sql_client import LedgerUnavailable, read_file
+
+    limit = config.limits.max_experiments
+    if not limit or workspace.is_running() or not workspace.ledger_path.exists():
+        return  # a running swarm is refused by its lock, below, with its own message
+    try:
+        done = read_file(workspace, config, "SELECT count(*) AS n FROM runs").table["n"][0].as_py()
+    except (LedgerUnavailable, SqlError, duckdb.Error):
+        return  # the ledger process will say what is wrong with it
+    if done >= limit:
+        raise SwarmError(
+            f"{workspace.root} already holds {done} experiments, and the limit is {limit} "
+            "(--max-experiments, or limits.max_experiments in the config): raise the limit to "
+            "go on with this swarm, or pass another --workspace to start a new one"
+        )

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-import duckdb
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from rich.console import Console
@@ -32,56 +31,21 @@ from bus.embedded_server import (
 from bus.nats_bus import BusSettings, connect
 from bus.roles import Role, authorization_block
 from bus.subjects import ensure_streams
-from ledger.sql_protocol import SqlError
 from recipes.store import recipe_bucket
 from swarm.champion_health import broken_champion
-from swarm.config import ConfigError, SwarmConfig, dump_config, listen_address, with_overrides
+from swarm.config import SwarmConfig, dump_config, listen_address, with_overrides
 from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import make_ladder, target_info
 from swarm.live_snapshot import gather_snapshot
 from swarm.live_view import LiveView
-from swarm.preflight import check_confinement, check_llm
-from swarm.sql_client import LedgerUnavailable, read_file
+from swarm.preflight import check_confinement, check_limit_left, check_llm, check_web
 from swarm.supervisor import ManagedProcess
 from swarm.trainer_plan import gpu_count, trainer_envs, visible_gpus
 from swarm.workspace import Workspace
 
 log = logging.getLogger(__name__)
-
-
-def check_web(config: SwarmConfig) -> None:
-    """A web view beyond loopback needs credentials to ask for: the embedded server's cli
-    role has its own; on an external bus, the user and password this command was given."""
-    from swarm.web_command import is_loopback
-
-    web, bus = config.web, config.bus
-    if web.enabled and not is_loopback(web.host) and bus.url and not (bus.user and bus.password):
-        raise ConfigError(
-            f"web.host {web.host!r} is not loopback: on an external bus the web view needs "
-            "bus.user and a password (SWARM_NATS_PASSWORD) to ask visitors for; or web.enabled "
-            "= false, or --no-web"
-        )
-
-
-def check_limit_left(config: SwarmConfig, workspace: Workspace) -> None:
-    """Refuse at once to resume a workspace whose ledger already holds the experiment limit:
-    started anyway, the swarm would come up and stop at its first status line, saying nothing
-    of why (a newcomer waited 26 s for that)."""
-    limit = config.limits.max_experiments
-    if not limit or workspace.is_running() or not workspace.ledger_path.exists():
-        return  # a running swarm is refused by its lock, below, with its own message
-    try:
-        done = read_file(workspace, config, "SELECT count(*) AS n FROM runs").table["n"][0].as_py()
-    except (LedgerUnavailable, SqlError, duckdb.Error):
-        return  # the ledger process will say what is wrong with it
-    if done >= limit:
-        raise SwarmError(
-            f"{workspace.root} already holds {done} experiments, and the limit is {limit} "
-            "(--max-experiments, or limits.max_experiments in the config): raise the limit to "
-            "go on with this swarm, or pass another --workspace to start a new one"
-        )
 
 
 def bus_settings(config: SwarmConfig) -> BusSettings:

@@ -134,3 +134,15 @@ def test_listen_defaults_to_loopback_and_a_free_port(tmp_path: Path) -> None:
     key.write_text("x")
     bus = {"listen": "0.0.0.0:4222", "server_tls_cert": str(cert), "server_tls_key": str(key)}
     assert parse_config({"bus": bus}).bus.listen == "0.0.0.0:4222"
+
+
+def test_a_web_view_beyond_loopback_on_an_external_bus_needs_credentials_to_ask_for() -> None:
+    from swarm.preflight import check_web
+
+    config = with_overrides(SwarmConfig(), "bus", url="nats://h:4222", token="t")
+    check_web(config)  # loopback: nothing to ask visitors for
+    wide = with_overrides(config, "web", host="0.0.0.0")
+    with pytest.raises(ConfigError, match=r"web.host '0.0.0.0' is not loopback.*bus.user"):
+        check_web(wide)
+    check_web(with_overrides(wide, "bus", user="u", password="p"))
+    check_web(with_overrides(SwarmConfig(), "web", host="0.0.0.0"))  # the embedded bus's own
