@@ -20,7 +20,10 @@ from scale_ladder.spot_checks import Checks, spot_check
 if TYPE_CHECKING:
     from scale_ladder.ladder import Ladder
 
-CHAINED_LOOK = "look after a look"  # how the verdicts of a chain of looks begin, at its entry
+# How a look's verdicts at its entry tier begin: a look at an idea that passed every gate below
+# the one it failed, and a look at one that had skipped a gate itself (a chain of looks).
+SECOND_LOOK = "second look"
+CHAINED_LOOK = "look after a look"
 
 
 @dataclass
@@ -80,15 +83,19 @@ class Promotion:
         second look skips one gate: spot_checks.py, second_look.py)."""
         return tier == 0 or (idea_id, version, tier) in self.gated
 
-    def looked_twice(self, state: IdeaState) -> bool:
-        """A second look at its entry tier whose parent had skipped a gate itself (reached its
-        tier by a look or a spot check): a chain of looks (second_look.py)."""
-        look, parents = state.idea.entry_tier, state.idea.parent_ids
-        if not look or state.tier != look or not parents:
+    def looked_again(self, state: IdeaState) -> bool:
+        """A second look at its entry tier: it skipped the gate its parent failed there (and,
+        in a chain of looks, the gates its parent had skipped), so it meets the entry gate
+        (second_look.py). A look carried to a new champion climbed here through the gates."""
+        look = state.idea.entry_tier
+        if not look or state.tier != look or not state.idea.parent_ids:
             return False
-        if (state.idea.idea_id, state.version, look) in self.entered:
-            return False  # carried to a new champion, it climbed here through the gates
-        return not self.passed_below(parents[0], state.version, look - 1)
+        return (state.idea.idea_id, state.version, look) not in self.entered
+
+    def chained(self, state: IdeaState) -> bool:
+        """A look whose parent had itself skipped a gate to reach the tier it failed."""
+        parent = state.idea.parent_ids[0]
+        return not self.passed_below(parent, state.version, state.idea.entry_tier - 1)
 
     def _gain(self, idea_id: str, version: int, tier: int, delta: float) -> None:
         """The idea's mean gain as the rules decided it at (version, tier), kept sorted too."""
@@ -161,11 +168,11 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
 
 
 def rule_of(ladder: Ladder, state: IdeaState) -> PromotionRule:
-    """The rule the idea meets at its tier: the tier's, or as strict as every gate up to it
-    where it skipped more than one (a direct entry, a chain of looks)."""
+    """The rule the idea meets at its tier: the tier's, or as strict as every gate it skipped
+    and its own together where it skipped any (a direct entry, a second look)."""
     if ladder.promotion.entered_directly(state):
         return direct_entries.entry_rule(ladder.tiers, state.tier)
-    if ladder.promotion.looked_twice(state):
+    if ladder.promotion.looked_again(state):
         return direct_entries.entry_rule(ladder.tiers, state.tier, skipped_from(ladder, state))
     return ladder.tiers[state.tier].rule
 
@@ -194,9 +201,10 @@ def entry_note(ladder: Ladder, state: IdeaState, rule: PromotionRule) -> str:
     first, else ''."""
     if ladder.promotion.entered_directly(state):
         return f"{direct_entries.describe(state.tier, rule.sigmas)}: "
-    if ladder.promotion.looked_twice(state):
+    if ladder.promotion.looked_again(state):
+        kind = CHAINED_LOOK if ladder.promotion.chained(state) else SECOND_LOOK
         parent = state.idea.parent_ids[0]
-        return f"{CHAINED_LOOK} of {parent} at tier {state.tier} (gate {rule.sigmas:.2f}σ): "
+        return f"{kind} of {parent} at tier {state.tier} (gate {rule.sigmas:.2f}σ): "
     return ""
 
 

@@ -5,20 +5,24 @@ idea that wins at the top, and an idea rejected at tier 0 is otherwise never run
 When a researcher has nothing new to propose, rather than leave trainers idle it may send
 the recipe of a rejected idea again, naming the tier above as its entry tier (Idea.entry_tier).
 
-What keeps this safe is that it only changes where the idea enters: from there up it meets
-every gate as any idea does, on that tier's own seeds, so a null idea must still pass each
-remaining tier's noise gate by luck to be stacked. Each recipe gets one second look per tier
-and champion, and only after a verdict of the rules (a crash or a refusal is not a near miss).
+What keeps this safe: it changes only where the idea enters, and there it meets a gate as
+strict as the one it skipped and its own together (direct_entries.entry_rule,
+promotion.skipped_from: 3.28σ for two 2σ tiers), with a one-seed win confirmed on a second
+seed; from the tier above up it meets every gate as any idea does, on each tier's own seeds.
+Each recipe gets one second look per tier and champion, and only after a verdict of the rules
+(a crash or a refusal is not a near miss). Its verdicts at its entry tier begin "second look".
+A look skipped one gate for free until 2026-11-28: a swarm that looked again at every reject
+stacked 7 of 6,000 ideas that do nothing (about 1 in 18,000 with no looks); with the stricter
+gate, 3, and the synthetic problem and LCDB gave the same regrets
+(`python -m bench.search.false_stacks 2,2,2 --looks`, `--free-first-looks` for the old rule).
 
-A look may skip one gate for free. A look at an idea that had skipped one itself (a look
-rejected where it entered, or a spot-checked idea rejected one tier up) would let a null
-recipe fail every proxy and meet only the top gate, so that one meets, at its entry tier, a
-gate as strict as every noisy gate from the lowest one its recipe skipped up to it together
-(direct_entries.entry_rule, promotion.skipped_from: 4.23σ at the top of three 2σ tiers), and
-a one-seed win is confirmed on a second seed. Its verdicts there begin
-"look after a look". A red team first closed the chain by refusing such looks (0e433b5); that
-also ended the looks that took LCDB balance-scale's best learner to the top (0.062 regret
-where TPE + Hyperband finds the optimum): with the strict gate it is found again.
+A look at an idea that had skipped a gate itself (a look rejected where it entered, or a
+spot-checked idea rejected one tier up) would let a null recipe fail every proxy and meet only
+the top gate, so its gate covers every noisy gate from the lowest one its recipe skipped up to
+its own (4.23σ at the top of three 2σ tiers); its verdicts there begin "look after a look". A
+red team first closed the chain by refusing such looks (0e433b5); that also ended the looks
+that took LCDB balance-scale's best learner to the top (0.062 regret where TPE + Hyperband
+finds the optimum): with the strict gate it is found again.
 
 The ladder admits one when:
 - its entry tier is above 0 and at most the top tier;

@@ -74,6 +74,36 @@ def test_a_second_look_meets_the_gate_of_every_tier_from_its_entry(tmp_path: Pat
     assert sim.ladder.current == 1
 
 
+def modest_win_hidden_by_the_proxy(spec: RunSpec, source: str) -> RunResult:
+    """LR = 2.0 looks worse at tier 0 and wins at tier 1 by about 1.5 σ_d, with noise of its
+    own on each seed: enough for tier 1's own 2σ gate, not for the two gates a look skips one
+    of."""
+    if not re.search(r"^LR = 2\.0", source, re.M):
+        return ok_result(spec, smooth_metric(source, spec.seed))
+    value = smooth_metric(source.replace("LR = 2.0", "LR = 1.0"), spec.seed)
+    own = 0.06 * random.Random(spec.seed).gauss(0, 1)
+    return ok_result(spec, value + (0.5 if spec.tier == 0 else -0.075 + own))
+
+
+def test_a_second_look_meets_the_gate_it_skipped_and_its_own_together(tmp_path: Path) -> None:
+    """A look skips the gate its parent failed. Judged at its entry tier's own gate, a swarm
+    that looked at every reject stacked 7 of 6,000 ideas that do nothing, against about 1 in
+    18,000 without looks (`python -m bench.search.false_stacks 2,2,2 --looks`); at a gate as
+    strict as the skipped one and its own together (3.28σ for two 2σ gates), 3. This look's
+    gain cleared the 2σ gate on two seeds and was stacked; now it is not."""
+    sim = started(make_ladder(tmp_path))
+    sim.runner = modest_win_hidden_by_the_proxy
+    sim.propose("idea-a", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    look_again(sim, "idea-a2")
+    sim.run_all()
+    (verdict,) = decisions(sim, "idea-a2")
+    assert verdict.tier == 1 and verdict.verdict is Verdict.REJECT
+    assert verdict.rule.startswith("second look of idea-a at tier 1 (gate 3.28σ): ")
+    assert verdict.delta is not None and verdict.delta > 0.09  # past tier 1's own 2σ gate
+    assert sim.ladder.current == 1
+
+
 def test_what_a_second_look_may_not_be_is_refused_with_the_reason(tmp_path: Path) -> None:
     sim = rejected_at_tier_0(tmp_path)
     sim.propose("idea-b", "WD = 0.1->WD = 0.5")  # rejected too, by the rules, at tier 0

@@ -16,9 +16,12 @@ tiers (`sigmas = 0`) against a noise gate at every tier (README "Screening tiers
 
 `--looks` sends every rejected idea a second look one tier up, and every rejected look another,
 up to the top (scale_ladder/second_look.py): far more than researchers do, who look only at
-their nearest miss once their brain runs dry. `--plain-looks` judges a look at a look at its
-tier's own gate instead of the stricter one the ladder uses, to show what that gate holds back;
-`--no-chains` sends no look at a look, as the ladder refused them before 2026-11-28.
+their nearest miss once their brain runs dry. The ladder judges a look at its entry tier at a
+gate as strict as the gates it skipped and its own together; `--plain-looks` judges every look
+at its tier's own gate instead, and `--free-first-looks` only the first look at an idea (the
+rule until 2026-11-28: a look at a look met the stricter gate, a first look skipped a gate for
+free), to show what the stricter gate holds back; `--no-chains` sends no look at a look, as the
+ladder refused them before 2026-11-28.
 """
 
 from __future__ import annotations
@@ -185,11 +188,20 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--gain", type=float, default=0.06, help="about 0.7 σ_d at the top")
     parser.add_argument("--looks", action="store_true", help="second looks at every reject")
-    parser.add_argument("--plain-looks", action="store_true", help="a look at a look: own gate")
+    parser.add_argument("--plain-looks", action="store_true", help="every look: its own gate")
+    parser.add_argument(
+        "--free-first-looks", action="store_true", help="a first look: its own gate (as before)"
+    )
     parser.add_argument("--no-chains", action="store_true", help="no look at a look (as before)")
     args = parser.parse_args()
-    if args.plain_looks:  # what the stricter gate holds back (scale_ladder/second_look.py)
-        Promotion.looked_twice = lambda self, state: False  # type: ignore[method-assign]
+    # what the stricter gate holds back (scale_ladder/second_look.py)
+    if args.plain_looks:
+        Promotion.looked_again = lambda self, state: False  # type: ignore[method-assign]
+    elif args.free_first_looks:
+        strict = Promotion.looked_again
+        Promotion.looked_again = (  # type: ignore[method-assign]
+            lambda self, state: strict(self, state) and self.chained(state)
+        )
     print(
         f"{args.swarms} swarms of {args.nulls} ideas that do nothing; {args.trials} swarms with "
         f"one idea {args.gain:g} better at every tier"
