@@ -7,7 +7,7 @@ their mean val_bpb (what the cheat gained over the honest model, which it builds
 
     python -m bench.probe_misses                      # tier 0's shape: context 64, 16384 bytes
     python -m bench.probe_misses --context 16 --tokens 512 --evaluations 2000
-    python -m bench.probe_misses --twins 8            # eight twins at random splits, as before
+    python -m bench.probe_misses --twins 8 --no-aim   # eight twins at random splits, as before
 
 The cheaters add a large logit on the next byte of their own window (a one-byte peek):
 - `peeker`: on every window;
@@ -21,7 +21,11 @@ The cheaters add a large logit on the next byte of their own window (a one-byte 
   did in about one evaluation in eight;
 - `peeks at 0 on 0.25`: at position 0, on a quarter of its windows;
 - `peeks once a window`: at one position per window, chosen by its first byte: each twin
-  catches it with odds of 1 in context - 1, so it passes about e^-1 of evaluations.
+  catches it with odds of 1 in context - 1, so it passes about e^-1 of evaluations;
+- `unsure > H, +b`: built on a trigram of the train split (a realistic honest model, the
+  `trigram (control)`), adds b to the next byte's logit where its own entropy is above H bits
+  (a red team's, 2026-11-28): the peek pays most there, and that is where aimed probes look
+  (training/aimed_probes.py; `--no-aim` leaves them out, as before).
 Prints figures; asserts nothing.
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import math
 import statistics
 import tempfile
 import time
@@ -39,6 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from training.aimed_probes import bigram_reference
 from training.corpus import load_corpus
 from training.evaluator import Evaluation, NonCausalModel
 
@@ -70,6 +76,40 @@ def peeks_at(base: Model, position: int, share: float = 1.0) -> Model:
             # chosen by the bytes it may read there, so a twin's split changes no choice
             if hashlib.sha256(bytes(row[: position + 1].tolist())).digest()[0] < share * 256:
                 out[i, position] += 30 * F.one_hot(row[position + 1].long(), 256)
+        return out
+
+    return forward
+
+
+def trigram(train: torch.Tensor) -> Model:
+    """Causal and realistic: log P(byte | two before) of the train split, smoothed toward the
+    bigram (the bigram alone at position 0); about 3.19 bpb on the val split."""
+    t = train.long()
+    bigram = torch.bincount(t[:-1] * 256 + t[1:], minlength=256**2).double().view(256, 256)
+    bigram = (bigram + 1) / (bigram + 1).sum(1, keepdim=True)
+    cube = torch.bincount((t[:-2] * 256 + t[1:-1]) * 256 + t[2:], minlength=256**3).double()
+    cube = cube.view(256, 256, 256) + 2 * bigram[None]
+    tri, bi = (cube / cube.sum(2, keepdim=True)).log().float(), bigram.log().float()
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        x = x.long()
+        out = torch.empty(*x.shape, 256)
+        out[:, 0], out[:, 1:] = bi[x[:, 0]], tri[x[:, :-1], x[:, 1:]]
+        return out
+
+    return forward
+
+
+def peeks_where_unsure(base: Model, bits: float, boost: float) -> Model:
+    """A red team's: reads the next byte where the honest model's entropy (a function of the
+    prefix, which a twin shares) is above `bits`, adding `boost` to its logit: a peek pays most
+    where the byte is hard to guess."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = base(x)
+        logp = F.log_softmax(out, -1)
+        unsure = (-(logp.exp() * logp).sum(-1) / math.log(2))[:, :-1] > bits
+        out[:, :-1] += boost * unsure[..., None] * F.one_hot(x[:, 1:].long(), 256)
         return out
 
     return forward
@@ -109,7 +149,7 @@ def missed(make: Callable[[], Model], val: torch.Tensor, args: argparse.Namespac
     """The val_bpb of each evaluation scored instead of refused, of `args.evaluations`."""
     scored = []
     for _ in range(args.evaluations):
-        evaluation = Evaluation(val, args.context, args.tokens, args.twins)
+        evaluation = Evaluation(val, args.context, args.tokens, args.twins, args.reference)
         for index, batch in enumerate(evaluation.batches):
             evaluation.take(index, make()(batch[:, :-1]))  # a fresh model per batch
         with contextlib.suppress(NonCausalModel):  # refused: not scored
@@ -123,10 +163,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--evaluations", type=int, default=500)
     parser.add_argument("--twins", type=int, help="twins per evaluation (default: every split)")
+    parser.add_argument("--no-aim", action="store_true", help="no aimed probes (as before)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
-        val = load_corpus(Path(cache)).val
+        corpus = load_corpus(Path(cache))
+    val = corpus.val
+    args.reference = None if args.no_aim else bigram_reference(corpus.train)
     table = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    base = trigram(corpus.train)
     cheaters: dict[str, Callable[[], Model]] = {
         "peeker": lambda: peeker(honest(table)),
         "replaying peeker": lambda: replaying(peeker(honest(table))),
@@ -137,17 +181,23 @@ def main() -> None:
         "peeks at 0 on 0.25": lambda: peeks_at(honest(table), 0, 0.25),
         "peeks once a window": lambda: peeks_somewhere(honest(table)),
         "honest (control)": lambda: honest(table),
+        "trigram (control)": lambda: base,
+        "unsure > 5.3, +30": lambda: peeks_where_unsure(base, 5.3, 30.0),
+        "unsure > 4.9, +30": lambda: peeks_where_unsure(base, 4.9, 30.0),
+        "unsure > 4.9, +1": lambda: peeks_where_unsure(base, 4.9, 1.0),
+        "unsure > 4.9, +0.5": lambda: peeks_where_unsure(base, 4.9, 0.5),
     }
     print(
         f"context {args.context}, {args.tokens} bytes, "
-        f"{args.twins or args.context - 1} twins, {args.evaluations} evaluations each"
+        f"{args.twins or args.context - 1} twins{'' if args.no_aim else ' and aimed ones'}, "
+        f"{args.evaluations} evaluations each"
     )
     for name, make in cheaters.items():
         start = time.monotonic()
         scored = missed(make, val, args)
         bpb = f"val_bpb {statistics.mean(scored):.4f}" if scored else ""
         print(
-            f"{name:20} scored {len(scored):5d} / {args.evaluations}  "
+            f"{name:22} scored {len(scored):5d} / {args.evaluations}  "
             f"({len(scored) / args.evaluations:6.1%})  {bpb:16} {time.monotonic() - start:.0f} s"
         )
 

@@ -91,15 +91,44 @@ HOOKED_EVALUATION = edit(
 )
 
 
+# Reads the next byte at one position per window, chosen by its first byte (which every twin
+# of the window shares): a random twin finds it 1 time in context - 1, so it passed about a third
+# of evaluations; the aimed twins look where it did far better than the train split's bigram.
+PEEKS_ONCE_A_WINDOW = edit(
+    "    return model\n",
+    """    class Peek(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            out = self.model(x)
+            for i, row in enumerate(x):
+                at = int(row[0]) % (x.shape[1] - 1)
+                out[i, at, int(row[at + 1])] += 30
+            return out
+
+    return Peek()
+""",
+)
+
+
 @pytest.mark.parametrize(
     "cheat",
     [
         _peeker("True", "1e6"),
         _peeker("x.shape[0] > 1", "0"),  # honest only where probes used to be: batches of one
         _peeker("True", "0", at="0"),  # a red team's: passed 88% when twins split at random
+        PEEKS_ONCE_A_WINDOW,
         HOOKED_EVALUATION,
     ],
-    ids=["peek-with-offset", "peek-except-in-batches-of-one", "peek-at-0", "hooked-evaluation"],
+    ids=[
+        "peek-with-offset",
+        "peek-except-in-batches-of-one",
+        "peek-at-0",
+        "peek-once-a-window",
+        "hooked-evaluation",
+    ],
 )
 def test_a_model_that_looks_ahead_is_refused_however_it_hides(
     corpus: Corpus, tmp_path: Path, cheat: str

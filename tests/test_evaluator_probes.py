@@ -7,9 +7,11 @@ cheaters of each kind pass.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from training.evaluator import EVAL_BATCH, Evaluation
+from training.aimed_probes import bigram_reference
+from training.evaluator import EVAL_BATCH, Evaluation, NonCausalModel
 
 
 def test_every_batch_mixes_twins_with_real_windows_and_none_is_a_probe_batch() -> None:
@@ -73,3 +75,37 @@ def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> 
     assert len(few.batches) == 2  # 32 rows, but a twin never travels with its own window
     some = Evaluation(val, 64, 16_384, twins=8)
     assert len(some._probes) == 8 and len(some.batches) == 9
+
+
+def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did_too_well() -> None:
+    """A red team peeked only where its honest model was unsure and passed 74% of evaluations:
+    twins at random places check one (window, position) each. The last batch's twins are split
+    where the model beat a bigram of the train split by the most, one per window; a peek at one
+    position of one window is then caught every time (a random twin finds it 1 time in 256)."""
+    val = torch.randint(0, 256, (200_000,), dtype=torch.uint8)
+    reference = bigram_reference(torch.randint(0, 256, (100_000,), dtype=torch.uint8))
+    target = bytes(Evaluation(val, 64, 16_384)._windows()[77][:8].tolist())
+
+    def peeks_once(x: torch.Tensor) -> torch.Tensor:  # flat, but sure of one byte it read
+        out = torch.zeros(*x.shape, 256)
+        for i, row in enumerate(x):
+            if bytes(row[:8].tolist()) == target:
+                out[i, 30, int(row[31])] = 30.0
+        return out
+
+    for _ in range(5):
+        evaluation = Evaluation(val, 64, 16_384, reference=reference)
+        assert len(evaluation.batches) == 10
+        for index, batch in enumerate(evaluation.batches):  # grows by one after the tenth
+            evaluation.take(index, peeks_once(batch[:, :-1]))
+        assert len(evaluation.batches) == 11 and len(evaluation.batches[10]) == EVAL_BATCH
+        aimed = [evaluation._probes[i] for kind, i in evaluation._rows[10] if kind == "twin"]
+        assert len(aimed) == 6 and (77, 30) in aimed  # 32 rows x 63 / 319, as the rest
+        covers = {i for kind, i in evaluation._rows[10] if kind == "cover"}
+        assert len(covers) == 26 and not covers & {window for window, _ in aimed}
+        with pytest.raises(NonCausalModel):
+            evaluation.finish()
+    honest = Evaluation(val, 64, 16_384, reference=reference)
+    for index, batch in enumerate(honest.batches):
+        honest.take(index, torch.zeros(*batch[:, :-1].shape, 256))
+    assert honest.finish() == pytest.approx(8.0)  # covers are not scored twice

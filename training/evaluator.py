@@ -14,7 +14,10 @@ repeated row). A twin catches a one-byte peek only at its split, so every evalua
 twin at every split a peek could read from (0 to context - 2), each of a distinct window: a
 red team that peeked at one position passed 88% of evaluations when eight twins were drawn at
 random splits. A model that peeks on only some windows is caught where a twin's window is one of
-them (`python -m bench.probe_misses` measures the misses).
+them; and since a red team peeked only where its honest model was unsure (passing 74%), a last
+batch of the same mix aims its twins at the positions where the model beat a bigram of the train
+split by the most, once every real window is scored (aimed_probes.py). `python -m
+bench.probe_misses` measures the misses.
 Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
 to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
 Each batch is answered by a fresh process (fresh_eval.py), so a model cannot remember a real
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from training.aimed_probes import most_suspicious
 from training.protocol import VOCAB
 
 EVAL_BATCH = 32  # windows per batch: one fresh evaluation process each (fresh_eval.py)
@@ -55,6 +59,9 @@ class Evaluation:
     context: int
     n_tokens: int
     twins: int | None = None  # None: one per split a peek could read from (context - 1)
+    # log P(next | byte) of the train split (aimed_probes.bigram_reference): once every real
+    # window is scored, one more batch holds twins aimed where the model did suspiciously well
+    reference: torch.Tensor | None = None
     batches: list[torch.Tensor] = field(default_factory=list)
     # every scored byte's log-probability, summed exactly at the end: the metric does not
     # depend on which batches the windows were dealt to, which changes every evaluation
@@ -63,19 +70,22 @@ class Evaluation:
     _rows: list[list[tuple[str, int]]] = field(default_factory=list)
     _probes: list[tuple[int, int]] = field(default_factory=list)  # (window index, split)
     _logits: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
+    _real: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> logits, to aim
+    _taken: int = 0
 
     def __post_init__(self) -> None:
         windows = self._windows()  # fixed: every run of every idea is scored on the same bytes
         # The probes are not scored, so they are drawn afresh for each evaluation: nothing
         # learned of one run's probes says where the next run's are, or what they hold.
-        rng = random.Random(os.urandom(16))
-        self._probes = self._draw_twins(len(windows), rng)
-        twins = [self._twin(windows[index], split, rng) for index, split in self._probes]
-        self._rows = self._deal(len(windows), rng)
+        self._rng = random.Random(os.urandom(16))
+        self._probes = self._draw_twins(len(windows), self._rng)
+        twins = [self._twin(windows[i], split, self._rng) for i, split in self._probes]
+        self._rows = self._deal(len(windows), self._rng)
         for rows in self._rows:
             self.batches.append(
                 torch.stack([windows[i] if kind == "real" else twins[i] for kind, i in rows])
             )
+        self._first_round = len(self.batches)
 
     def _deal(self, windows: int, rng: random.Random) -> list[list[tuple[str, int]]]:
         """Every batch the same mix of real windows and twins, at random rows, never a twin
@@ -155,11 +165,49 @@ class Evaluation:
         for row, (kind, i) in enumerate(rows):
             if kind == "twin":
                 self._logits[("twin", i)] = logits[row]
-            elif i in probed:
-                self._logits[("real", probed[i])] = logits[row]
+            elif kind == "real":
+                if i in probed:
+                    self._logits[("real", probed[i])] = logits[row]
+                if self.reference is not None:
+                    self._real[i] = logits[row]
+        self._taken += 1
+        if self._taken == self._first_round and self.reference is not None:
+            self._aim(self.reference)
+
+    def _aim(self, reference: torch.Tensor) -> None:
+        """One more batch of the usual mix: twins split where the model beat the reference by
+        the most (aimed_probes.py), among real windows sent again as covers (not scored twice:
+        a round cannot be told from the other by what it holds)."""
+        windows = self._windows()
+        size = len(self.batches[0])
+        count = max(1, round(size * len(self._probes) / (len(windows) + len(self._probes))))
+        aimed = most_suspicious(windows, self._real, reference, count)
+        rows: list[tuple[str, int]] = []
+        for window, split in aimed:
+            self._logits[("real", len(self._probes))] = self._real[window]
+            rows.append(("twin", len(self._probes)))
+            self._probes.append((window, split))
+        own = {window for window, _ in aimed}
+        others = [i for i in range(len(windows)) if i not in own]
+        rows += [("cover", i) for i in self._rng.sample(others, min(len(others), size - len(rows)))]
+        self._rng.shuffle(rows)
+        self._rows.append(rows)
+        self.batches.append(
+            torch.stack(
+                [
+                    self._twin(windows[self._probes[i][0]], self._probes[i][1], self._rng)
+                    if kind == "twin"
+                    else windows[i]
+                    for kind, i in rows
+                ]
+            )
+        )
+        self._real.clear()
 
     def finish(self) -> float:
         """Check every probe against its real window, then return val_bpb."""
+        if self._taken < len(self.batches):
+            raise ValueError(f"{len(self.batches) - self._taken} batches were never answered")
         for probe, (_, split) in enumerate(self._probes):
             self._check_twin(self._logits[("real", probe)], self._logits[("twin", probe)], split)
         nats = -math.fsum(self._logp)
