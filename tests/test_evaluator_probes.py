@@ -7,10 +7,13 @@ cheaters of each kind pass.
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 import torch
 
-from training.aimed_probes import bigram_reference
+from training.aimed_probes import bigram_reference, most_suspicious
 from training.evaluator import EVAL_BATCH, Evaluation, NonCausalModel
 
 
@@ -80,16 +83,15 @@ def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> 
 def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did_too_well() -> None:
     """A red team peeked only where its honest model was unsure and passed 74% of evaluations:
     twins at random places check one (window, position) each. The last batch's twins are split
-    where the model beat a bigram of the train split by the most, one per window; a peek at one
-    position of one window is then caught every time (a random twin finds it 1 time in 256)."""
+    at positions drawn with odds e^excess over a bigram of the train split; a model that is
+    sure of the byte it peeks at, in 200 of 256 windows, is caught every time."""
     val = torch.randint(0, 256, (200_000,), dtype=torch.uint8)
     reference = bigram_reference(torch.randint(0, 256, (100_000,), dtype=torch.uint8))
-    target = bytes(Evaluation(val, 64, 16_384)._windows()[77][:8].tolist())
 
-    def peeks_once(x: torch.Tensor) -> torch.Tensor:  # flat, but sure of one byte it read
+    def peeks(x: torch.Tensor) -> torch.Tensor:  # flat, but sure of one byte it read
         out = torch.zeros(*x.shape, 256)
         for i, row in enumerate(x):
-            if bytes(row[:8].tolist()) == target:
+            if int(row[0]) < 200:
                 out[i, 30, int(row[31])] = 30.0
         return out
 
@@ -97,10 +99,10 @@ def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did
         evaluation = Evaluation(val, 64, 16_384, reference=reference)
         assert len(evaluation.batches) == 10
         for index, batch in enumerate(evaluation.batches):  # grows by one after the tenth
-            evaluation.take(index, peeks_once(batch[:, :-1]))
+            evaluation.take(index, peeks(batch[:, :-1]))
         assert len(evaluation.batches) == 11 and len(evaluation.batches[10]) == EVAL_BATCH
         aimed = [evaluation._probes[i] for kind, i in evaluation._rows[10] if kind == "twin"]
-        assert len(aimed) == 6 and (77, 30) in aimed  # 32 rows x 63 / 319, as the rest
+        assert len(aimed) == 6 and len({window for window, _ in aimed}) == 6  # as the rest mix
         covers = {i for kind, i in evaluation._rows[10] if kind == "cover"}
         assert len(covers) == 26 and not covers & {window for window, _ in aimed}
         with pytest.raises(NonCausalModel):
@@ -109,3 +111,20 @@ def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did
     for index, batch in enumerate(honest.batches):
         honest.take(index, torch.zeros(*batch[:, :-1].shape, 256))
     assert honest.finish() == pytest.approx(8.0)  # covers are not scored twice
+
+
+def test_aimed_positions_are_drawn_with_odds_that_grow_with_the_excess() -> None:
+    """Drawn, not the top ones: a second red team kept each peek just under an honest position
+    earlier in its window, and twins aimed at every window's best position never caught it.
+    A position 4 nats above the rest is drawn about e^4 = 55 times as often as one of them,
+    wherever it sits in its window."""
+    seeded = torch.Generator().manual_seed(0)
+    windows = torch.randint(0, 256, (50, 65), dtype=torch.uint8, generator=seeded)
+    flat = torch.full((256, 256), -math.log(256), dtype=torch.float64)
+    logits = {i: torch.zeros(64, 256) for i in range(50)}
+    for i in range(5):  # probability e^4 / 256 on the true byte at position 5: 4 nats above
+        logits[i][5, int(windows[i][6])] = math.log(math.exp(4) * 255 / (256 - math.exp(4)))
+    draws = [most_suspicious(windows, logits, flat, 1, random.Random(k))[0] for k in range(500)]
+    bold = sum(1 for window, position in draws if window < 5 and position == 5)
+    odds = 5 * math.exp(4) / (5 * math.exp(4) + 50 * 63 - 5)  # 8%; 5 in 3,150 drawn evenly
+    assert 0.6 < bold / 500 / odds < 1.5

@@ -7,7 +7,8 @@ A peek pays where the next byte is hard to guess, and that is where it shows: th
 far more probability on the true next byte than a model of the training data's own statistics
 does. So once every real window is scored, the positions are ranked by that excess, in nats,
 over a byte bigram of the train split (what the runner trusts, and cheap), and a few more twins
-are split at the top ones, one per window, in one more batch of the usual mix.
+are split at positions drawn with odds e^excess, of distinct windows, in one more batch of the
+usual mix.
 
 An honest model earns excess too (it reads more than one byte back), so the top ranks hold
 some honest positions; a twin there costs nothing but a row. A cheater that keeps each peek's
@@ -17,11 +18,14 @@ excess low enough to hide among them gains at most that much per peek.
 from __future__ import annotations
 
 import functools
+import random
 
 import torch
 import torch.nn.functional as F
 
 from training.protocol import VOCAB
+
+MAX_EXCESS = 50.0  # nats; e^50 outweighs every honest position already
 
 
 @functools.lru_cache(maxsize=4)
@@ -33,18 +37,48 @@ def bigram_reference(train: torch.Tensor) -> torch.Tensor:
 
 
 def most_suspicious(
-    windows: torch.Tensor, logits: dict[int, torch.Tensor], reference: torch.Tensor, count: int
+    windows: torch.Tensor,
+    logits: dict[int, torch.Tensor],
+    reference: torch.Tensor,
+    count: int,
+    rng: random.Random,
 ) -> list[tuple[int, int]]:
-    """(window index, position) of the `count` positions, one per window, where the model's
-    log-probability of the true next byte most exceeds the reference's. Only positions a twin
-    can split at (0 to context - 2): the last one has no later input byte to peek at."""
-    best: list[tuple[float, int, int]] = []
-    for index, out in logits.items():
-        window = windows[index]
-        inputs, targets = window[:-2].long(), window[1:-1].long()
-        logp = F.log_softmax(out[:-1].double(), dim=-1).gather(1, targets[:, None])[:, 0]
-        excess = logp - reference[inputs, targets]
-        position = int(excess.argmax())
-        best.append((float(excess[position]), index, position))
-    best.sort(reverse=True)
-    return [(index, position) for _, index, position in best[:count]]
+    """(window index, position) of `count` positions of distinct windows, drawn with odds
+    e^excess, the excess being how much more log-probability (nats) the model put on the true
+    next byte than the reference. Only positions a twin can split at (0 to context - 2): the
+    last one has no later input byte to peek at.
+
+    Drawn, not the top ones: a second red team kept every peek's excess just under an honest
+    position earlier in the same window, and aimed twins at each window's best position never
+    caught it. Drawn with these odds, a peek just under the best is nearly as likely to be
+    probed as the best itself, and a bold one far likelier than any honest position."""
+    indices = list(logits)
+    excess = torch.stack([_excess(windows[i], logits[i], reference) for i in indices])
+    # Efraimidis-Spirakis: the largest u^(1/w) are a weighted draw without replacement; as
+    # logs, log(u) / w with w = e^excess
+    uniform = torch.rand(excess.shape, generator=_generator(rng), dtype=torch.float64)
+    keys = torch.log1p(-uniform) * torch.exp(-excess.clamp(max=MAX_EXCESS))
+    order = torch.argsort(keys.flatten(), descending=True).tolist()
+    positions = excess.shape[1]
+    chosen: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    for flat in order:
+        index, position = indices[flat // positions], flat % positions
+        if index not in seen:
+            seen.add(index)
+            chosen.append((index, position))
+            if len(chosen) == count:
+                break
+    return chosen
+
+
+def _excess(window: torch.Tensor, out: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Per position a twin can split at: the model's log-probability of the true next byte
+    less the reference's."""
+    inputs, targets = window[:-2].long(), window[1:-1].long()
+    logp = F.log_softmax(out[:-1].double(), dim=-1).gather(1, targets[:, None])[:, 0]
+    return logp - reference[inputs, targets]
+
+
+def _generator(rng: random.Random) -> torch.Generator:
+    return torch.Generator().manual_seed(rng.getrandbits(63))

@@ -15,9 +15,9 @@ twin at every split a peek could read from (0 to context - 2), each of a distinc
 red team that peeked at one position passed 88% of evaluations when eight twins were drawn at
 random splits. A model that peeks on only some windows is caught where a twin's window is one of
 them; and since a red team peeked only where its honest model was unsure (passing 74%), a last
-batch of the same mix aims its twins at the positions where the model beat a bigram of the train
-split by the most, once every real window is scored (aimed_probes.py). `python -m
-bench.probe_misses` measures the misses.
+batch of the same mix aims its twins at positions drawn with odds that grow with how much the
+model beat a bigram of the train split there, once every real window is scored
+(aimed_probes.py). `python -m bench.probe_misses` measures the misses.
 Predictions are compared as log-probabilities, with an absolute tolerance: a tolerance relative
 to the largest logit was defeated by adding 1e6 to every logit, which changes no prediction.
 Each batch is answered by a fresh process (fresh_eval.py), so a model cannot remember a real
@@ -181,7 +181,7 @@ class Evaluation:
         windows = self._windows()
         size = len(self.batches[0])
         count = max(1, round(size * len(self._probes) / (len(windows) + len(self._probes))))
-        aimed = most_suspicious(windows, self._real, reference, count)
+        aimed = most_suspicious(windows, self._real, reference, count, self._rng)
         rows: list[tuple[str, int]] = []
         for window, split in aimed:
             self._logits[("real", len(self._probes))] = self._real[window]
