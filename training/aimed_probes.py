@@ -5,14 +5,15 @@ cheater's gain trade off against its refusals rather than stop it: a red team th
 where its honest model was unsure passed 74% of evaluations for 0.043 bpb (docs/reliability.md).
 A peek pays where the next byte is hard to guess, and that is where it shows: the model puts
 far more probability on the true next byte than a model of the training data's own statistics
-does. So once every real window is scored, the positions are ranked by that excess, in nats,
-over a byte bigram of the train split (what the runner trusts, and cheap), and a few more twins
+does. So once every real window is scored, each position's excess, in nats, over a byte
+bigram of the train split (what the runner trusts, and cheap) is measured, and a few more twins
 are split at positions drawn with odds e^excess, of distinct windows, in one more batch of the
 usual mix.
 
-An honest model earns excess too (it reads more than one byte back), so the top ranks hold
-some honest positions; a twin there costs nothing but a row. A cheater that keeps each peek's
-excess low enough to hide among them gains at most that much per peek.
+An honest model earns excess too (it reads more than one byte back), so some draws land on
+honest positions; a twin there costs nothing but a row. A peek is drawn with odds that grow
+with what it gained, so hiding a peek costs the cheater its gain (docs/reliability.md has what
+is left).
 """
 
 from __future__ import annotations

@@ -175,9 +175,11 @@ class Evaluation:
             self._aim(self.reference)
 
     def _aim(self, reference: torch.Tensor) -> None:
-        """One more batch of the usual mix: twins split where the model beat the reference by
-        the most (aimed_probes.py), among real windows sent again as covers (not scored twice:
-        a round cannot be told from the other by what it holds)."""
+        """One more batch of the usual mix: twins split at positions drawn with odds that grow
+        with how much the model beat the reference there (aimed_probes.py), among real windows
+        sent again as covers (not scored twice: a round cannot be told from the other by what it
+        holds). A model that is honest only here is still caught: each aimed twin is compared
+        with its window's answer from the first round."""
         windows = self._windows()
         size = len(self.batches[0])
         count = max(1, round(size * len(self._probes) / (len(windows) + len(self._probes))))
