@@ -84,12 +84,10 @@ def peeks_at(base: Model, position: int, share: float = 1.0) -> Model:
 def trigram(train: torch.Tensor) -> Model:
     """Causal and realistic: log P(byte | two before) of the train split, smoothed toward the
     bigram (the bigram alone at position 0); about 3.19 bpb on the val split."""
-    t = train.long()
-    bigram = torch.bincount(t[:-1] * 256 + t[1:], minlength=256**2).double().view(256, 256)
-    bigram = (bigram + 1) / (bigram + 1).sum(1, keepdim=True)
+    t, bi = train.long(), bigram_reference(train)
     cube = torch.bincount((t[:-2] * 256 + t[1:-1]) * 256 + t[2:], minlength=256**3).double()
-    cube = cube.view(256, 256, 256) + 2 * bigram[None]
-    tri, bi = (cube / cube.sum(2, keepdim=True)).log().float(), bigram.log().float()
+    cube = cube.view(256, 256, 256) + 2 * bi.exp()[None]
+    tri, bi = (cube / cube.sum(2, keepdim=True)).log().float(), bi.float()
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         x = x.long()

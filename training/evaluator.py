@@ -74,7 +74,8 @@ class Evaluation:
     _taken: int = 0
 
     def __post_init__(self) -> None:
-        windows = self._windows()  # fixed: every run of every idea is scored on the same bytes
+        # fixed: every run of every idea is scored on the same bytes (kept for the aimed batch)
+        self._all = windows = self._windows()
         # The probes are not scored, so they are drawn afresh for each evaluation: nothing
         # learned of one run's probes says where the next run's are, or what they hold.
         self._rng = random.Random(os.urandom(16))
@@ -86,6 +87,7 @@ class Evaluation:
                 torch.stack([windows[i] if kind == "real" else twins[i] for kind, i in rows])
             )
         self._first_round = len(self.batches)
+        self._probed = {window: probe for probe, (window, _) in enumerate(self._probes)}
 
     def _deal(self, windows: int, rng: random.Random) -> list[list[tuple[str, int]]]:
         """Every batch the same mix of real windows and twins, at random rows, never a twin
@@ -157,7 +159,6 @@ class Evaluation:
                 f"the model returned non-finite logits (NaN or inf) in batch {batch}"
             )
         rows = self._rows[batch]
-        probed = {window: probe for probe, (window, _) in enumerate(self._probes)}
         real = [row for row, (kind, _) in enumerate(rows) if kind == "real"]
         targets = self.batches[batch][real, 1:].long()
         logp = F.log_softmax(logits[real].reshape(-1, VOCAB).double(), dim=-1)
@@ -166,8 +167,8 @@ class Evaluation:
             if kind == "twin":
                 self._logits[("twin", i)] = logits[row]
             elif kind == "real":
-                if i in probed:
-                    self._logits[("real", probed[i])] = logits[row]
+                if i in self._probed:  # the first round's twins (aimed ones take theirs in _aim)
+                    self._logits[("real", self._probed[i])] = logits[row]
                 if self.reference is not None:
                     self._real[i] = logits[row]
         self._taken += 1
@@ -180,7 +181,7 @@ class Evaluation:
         sent again as covers (not scored twice: a round cannot be told from the other by what it
         holds). A model that is honest only here is still caught: each aimed twin is compared
         with its window's answer from the first round."""
-        windows = self._windows()
+        windows = self._all
         size = len(self.batches[0])
         count = max(1, round(size * len(self._probes) / (len(windows) + len(self._probes))))
         aimed = most_suspicious(windows, self._real, reference, count, self._rng)

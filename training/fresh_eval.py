@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bus.messages import RunStatus
-from training.aimed_probes import bigram_reference
+from training.aimed_probes import reference_for
 from training.evaluator import Evaluation, NonCausalModel
 from training.experiment_session import ChildGone, SandboxRefused, Stop
 from training.harness_child import EXIT_BAD_MODEL, EXIT_MODEL_LOAD, MODEL_FILE, NO_SANDBOX
@@ -51,7 +51,7 @@ def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
     try:
         os.rename(saved, folder / MODEL_FILE)
         context = int(run.spec.dials["context"])
-        reference = bigram_reference(run.corpus.train)
+        reference = reference_for(run.corpus)
         evaluation = Evaluation(run.corpus.val, context, run.limits.eval_tokens, None, reference)
         index = 0
         while index < len(evaluation.batches):  # the last batch is aimed once the rest are in

@@ -168,6 +168,7 @@ class SwarmMethod:
 
         memory: dict[str, str] = {}  # the portfolio researchers' shared record, as in a host
         ids = seeded_ids(seed)
+        self.told = 0  # results told: the researchers' clock, a rest of 1 s lasts one result
 
         def brain_of(i: int) -> Brain:
             heuristic = OfflineBrain(HeuristicBrain(next(personas), seed * 1000 + i))
@@ -194,7 +195,6 @@ class SwarmMethod:
             )
             for i in range(agents)
         ]
-        self.told = 0  # results told: the researchers' clock, a rest of 1 s lasts one result
         self.shared = SharedHistory(history, self.researchers)
         self.queue: list[deque[RunSpec]] = [deque() for _ in tiers]
         self.turn = 0  # researchers are asked in turn
