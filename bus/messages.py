@@ -27,7 +27,7 @@ from bus.fast_pickle import by_fields
 # minor version with every field added, the major one never without a migration of the stream.
 # Events written before minor versions existed carry the major version alone: minor 0.
 SCHEMA_VERSION = 1
-SCHEMA_MINOR = 2
+SCHEMA_MINOR = 3
 
 
 def event_key(kind: str, event_id: str) -> str:
@@ -147,6 +147,9 @@ class RunSpec:
     # no patch to apply. Added in schema v1.2; "" in older RunSpecs, whose trainers applied the
     # patch to the champion themselves (still done for them: training/spec_recipe.py).
     recipe_sha: str = ""
+    # the event the ladder had folded last when it made this (its event_key; empty: none yet):
+    # `swarm whatif` acts where the live ladder acted, not after every event. Added in v1.3.
+    after_event: str = ""
 
     @property
     def event_id(self) -> str:
@@ -207,6 +210,9 @@ class Decision:
     # the idea's runs at this tier on this champion so far; an idea's last decision at a tier
     # (any verdict but RETEST) carries what that tier cost it
     runs: int = 0
+    # the event the ladder had folded last when it made this (its event_key; empty: none yet):
+    # `swarm whatif` acts where the live ladder acted, not after every event. Added in v1.3.
+    after_event: str = ""
     created_at: float = field(default_factory=now)
 
     @property
@@ -229,6 +235,9 @@ class ChampionChange:
     source: str = ""  # the whole editable file at this version
     # runs of the stacked idea that are runs of this recipe, kept as its baseline (not re-run)
     carried_runs: int = 0
+    # the event the ladder had folded last when it made this (its event_key; empty: none yet):
+    # `swarm whatif` acts where the live ladder acted, not after every event. Added in v1.3.
+    after_event: str = ""
     created_at: float = field(default_factory=now)
 
     @property

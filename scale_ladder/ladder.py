@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bus.messages import (
     ChampionChange,
@@ -89,6 +89,9 @@ class Ladder:
     lineage: Lineage = field(default_factory=Lineage)
     dirty: dict[str, None] = field(default_factory=dict)  # ideas to look at in act(), in order
     baselines_dirty: bool = True
+    # the event folded in last (its event_key): every message the ladder makes names it, so a
+    # replay (whatif.py) can act where this ladder acted
+    last_folded: str = ""
     _out: list[Message] = field(default_factory=list)
 
     # The lineage's champions and current version, read-only: what the rest of the swarm reads
@@ -124,6 +127,11 @@ class Ladder:
     # --- folding events in ------------------------------------------------------------------
 
     def observe(self, message: Message) -> None:
+        """Fold in one event from outside (the stream, the ledger, a replay)."""
+        self.last_folded = event_key(message.KIND, message.event_id)
+        self._fold(message)
+
+    def _fold(self, message: Message) -> None:
         # Keyed by kind too: an idea named like one of the ladder's own decisions (ids are
         # chosen by researchers) must not make the ladder drop that decision.
         key = event_key(message.KIND, message.event_id)
@@ -225,7 +233,9 @@ class Ladder:
                 self.refuse(state, why[:MAX_FAILURE_CHARS])
 
     def emit(self, message: Message) -> None:
-        self.observe(message)
+        if isinstance(message, RunSpec | Decision | ChampionChange):
+            message = replace(message, after_event=self.last_folded)
+        self._fold(message)
         self._out.append(message)
 
     def advance(self, state: IdeaState) -> None:

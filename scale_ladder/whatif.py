@@ -10,10 +10,13 @@ made of its recipe. A run nobody made is never answered: the ideas waiting on it
 the answer says so (`unmeasured`); that part of it is what the record cannot tell. Recorded runs
 it never asks for are runs those settings would not have needed.
 
-Replaying the settings the swarm ran with this way makes the decisions it made, up to the order
-in which the live ladder saw results that arrived together; `compare` of that replay with the
-record says how closely (`swarm whatif` prints it), so a change it reports is the settings', not
-the replay's.
+The replay acts where the live ladder acted: every message a ladder makes names the event it had
+folded last (`after_event`), and the replay acts right after taking that event. A ladder that
+acted after every event would decide on one result what the live one decided on two that came
+together (a pooled σ_d one pair short can flip a verdict at the gate, and everything after it).
+Records older than that field are replayed acting after every event. Replaying the settings the
+swarm ran with makes the decisions it made; `compare` of that replay with the record says how
+closely (`swarm whatif` prints it), so a change it reports is the settings', not the replay's.
 
 Not replayed: a person's approvals (the other settings stack at once) and reverts (listed).
 """
@@ -34,6 +37,7 @@ from bus.messages import (
     RunSpec,
     RunStatus,
     Verdict,
+    event_key,
 )
 from recipes.identity import recipe_sha
 from scale_ladder.admission import NotAdmitted, patched_source
@@ -87,7 +91,7 @@ def decide_again(messages: Sequence[Message], ladder: Ladder) -> History:
     """The history decided by `ladder` (fresh, with other tiers' rules) from the recorded ideas,
     answering its runs from the recorded ones. `messages` in stream order (ledger.readback)."""
     ladder.recorded_entries = direct_entries_of(messages, len(ladder.tiers))
-    replay = _Replay(ladder, _run_names(messages, ladder.editable))
+    replay = _Replay(ladder, _run_names(messages, ladder.editable), _acted_after(messages))
     for message in messages:
         replay.take(message)
     replay.finish()
@@ -102,6 +106,14 @@ def direct_entries_of(messages: Sequence[Message], tiers: int) -> dict[str, int]
     for spec in (m for m in messages if isinstance(m, RunSpec) and m.idea_id):
         first.setdefault(spec.idea_id, spec.tier)
     return {i: tier for i, tier in first.items() if 0 < tier < tiers and i not in second_looks}
+
+
+def _acted_after(messages: Sequence[Message]) -> set[str] | None:
+    """The events after which the recorded ladder acted and made something; None: the record
+    does not say (written before schema v1.3)."""
+    made = (m for m in messages if isinstance(m, RunSpec | Decision | ChampionChange))
+    points = {m.after_event for m in made if m.after_event}
+    return points or None
 
 
 def _run_names(messages: Sequence[Message], editable: str) -> dict[str, RunName]:
@@ -126,20 +138,30 @@ def _run_names(messages: Sequence[Message], editable: str) -> dict[str, RunName]
 class _Replay:
     """The ladder, fed the record: ideas as they came, runs as they exist."""
 
-    def __init__(self, ladder: Ladder, names: dict[str, RunName]) -> None:
+    def __init__(self, ladder: Ladder, names: dict[str, RunName], acts: set[str] | None) -> None:
         self.ladder = ladder
         self.names = names
+        self.acts = acts  # act after these events only (None: after every one)
         self.history = History()
         self.waiting: dict[RunName, deque[RunSpec]] = defaultdict(deque)  # asked, not yet made
         self.banked: dict[RunName, deque[RunResult]] = defaultdict(deque)  # made, not yet asked
         self.started = False
 
     def take(self, message: Message) -> None:
+        initial = self._fold(message)
+        key = event_key(message.KIND, message.event_id)
+        if initial or self.acts is None or key in self.acts:
+            self._act()
+
+    def _fold(self, message: Message) -> bool:
+        """Fold the event in as this ladder would see it; True for the initial champion (the
+        ladder starts from it, and acts)."""
         if isinstance(message, ChampionChange):
             if not self.started and message.kind is ChangeKind.INITIAL:
                 self.started = True
                 self.ladder.observe(message)
-            elif message.kind is ChangeKind.REVERT:
+                return True
+            if message.kind is ChangeKind.REVERT:
                 self.history.notes.append(
                     f"a person's revert to v{message.parent_version} (recorded v{message.version})"
                     " is not replayed"
@@ -149,14 +171,13 @@ class _Replay:
         elif isinstance(message, RunResult):
             name = self.names.get(message.run_id)
             if name is None or self._skipped_here(message):
-                return
+                return False
             if self.waiting[name]:
                 self._answer(self.waiting[name].popleft(), message)
             else:
                 self.banked[name].append(message)
-        else:
-            return  # recorded RunSpecs and Decisions are the record's, not this ladder's
-        self._act()
+        # recorded RunSpecs and Decisions are the record's, not this ladder's: not folded
+        return False
 
     def _act(self) -> None:
         while out := self.ladder.act():
@@ -198,6 +219,7 @@ class _Replay:
         )
 
     def finish(self) -> None:
+        self._act()  # what the last events call for, had the live ladder acted on them
         for specs in self.waiting.values():
             for spec in specs:
                 self.history.unmeasured[spec.tier].append(spec)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bus.messages import Message, RunResult, RunSpec, RunStatus, Verdict
+from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_ladder
 from scale_ladder.whatif import (
@@ -196,3 +197,33 @@ def test_a_ladder_file_edited_since_the_swarm_ran_is_not_taken_for_its_settings(
     path.write_text(SIM_LADDER.format(extra="").replace("budget = 1000", "budget = 500"))
     why = specs_differ(load_ladder(path).tiers, log)
     assert why is not None and "tier 0 (small) has budget 500" in why and "1000" in why
+
+
+def test_results_that_came_together_are_decided_together_again(tmp_path: Path) -> None:
+    """The live ladder folds every event waiting and then acts once; a replay acting after each
+    event decided an idea on one result where the swarm had decided on two (a pooled σ_d a
+    pair short flips a verdict at the gate, and what follows it). The replay acts where the
+    record says the ladder acted: the same verdicts, on the same runs, every time."""
+    (tmp_path / "made").mkdir()
+    sim = started(make_ladder(tmp_path / "made"))
+    # small steps up from LR 1.0: some clear the gate at once, some at its edge
+    changes = [f"LR = 1.0->LR = {1.0 + 0.002 * i:.4f}" for i in range(1, 25)]
+    for i, change in enumerate(changes):
+        sim.propose(f"edge{i}", change)
+    while sim.queue:  # in waves: every run queued now, its results in one batch, one act
+        wave, sim.queue = sim.queue, []
+        for spec in wave:
+            base = sim.ladder.champions[spec.champion_version].source
+            source = patched_source(base, spec.patch, "recipe.py") if spec.patch else base
+            result = ok_runner(spec, source)
+            sim.log.append(result)
+            sim.ladder.observe(result)
+        sim.step()
+    record = recorded(sim.log)
+    report = compare(record, decide_again(sim.log, fresh(tmp_path)), sim.ladder.tiers)
+    assert report.tiers[0].decided >= len(changes)
+    assert report.whatif_stacks == report.recorded_stacks
+    for tier in report.tiers:
+        assert tier.same == tier.decided, tier
+        assert (tier.changed, tier.open, tier.reached, tier.earlier, tier.later) == ([],) * 5
+        assert tier.runs == tier.recorded_runs
