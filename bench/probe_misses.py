@@ -25,7 +25,11 @@ The cheaters add a large logit on the next byte of their own window (a one-byte 
 - `unsure > H, +b`: built on a trigram of the train split (a realistic honest model, the
   `trigram (control)`), adds b to the next byte's logit where its own entropy is above H bits
   (a red team's, 2026-11-28): the peek pays most there, and that is where aimed probes look
-  (training/aimed_probes.py; `--no-aim` leaves them out, as before).
+  (training/aimed_probes.py; `--no-aim` leaves them out, as before);
+- `capped, unsure > H`: the same peeks, each kept just under the best honest excess earlier in
+  its window (a second red team's), so aiming at each window's best position never finds one.
+`--aimed N` sets how many twins are aimed (default: a whole batch); `--only S` runs the
+cheaters whose name contains S.
 Prints figures; asserts nothing.
 """
 
@@ -127,6 +131,35 @@ def peeks_somewhere(base: Model) -> Model:
     return forward
 
 
+def peeks_under_cap(base: Model, bits: float, boost: float, reference: torch.Tensor) -> Model:
+    """A second red team's: peeks where unsure (as `peeks_where_unsure`), but raises the true
+    byte's log-probability only until its excess over the bigram reference is just under the
+    largest honest excess earlier in the same window (which it can compute from bytes it may
+    read), so no window's best position is a peek."""
+    ref = reference.float()
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out = base(x)
+        logp = F.log_softmax(out, -1)
+        unsure = (-(logp.exp() * logp).sum(-1) / math.log(2))[:, :-1] > bits
+        nxt, cur = x[:, 1:].long(), x[:, :-1].long()
+        honest = logp[:, :-1].gather(2, nxt[..., None])[..., 0]
+        excess = honest - ref[cur, nxt]
+        # the largest honest excess at positions before t (needs bytes up to t only)
+        cap = torch.cummax(excess, dim=1).values.roll(1, dims=1)
+        cap[:, 0] = -math.inf
+        target = torch.minimum(honest + boost, ref[cur, nxt] + cap - 1e-3).clamp(max=-1e-4)
+        raise_ = unsure & (target > honest)
+        # the logit that makes the true byte's log-probability `target`
+        p, q = target.exp(), honest.exp()
+        delta = torch.log(p * (1 - q)) - torch.log(q * (1 - p))
+        delta = torch.where(raise_, delta, torch.zeros_like(delta))
+        out[:, :-1] += delta[..., None] * F.one_hot(nxt, 256)
+        return out
+
+    return forward
+
+
 def replaying(model: Model) -> Model:
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -147,7 +180,9 @@ def missed(make: Callable[[], Model], val: torch.Tensor, args: argparse.Namespac
     """The val_bpb of each evaluation scored instead of refused, of `args.evaluations`."""
     scored = []
     for _ in range(args.evaluations):
-        evaluation = Evaluation(val, args.context, args.tokens, args.twins, args.reference)
+        evaluation = Evaluation(
+            val, args.context, args.tokens, args.twins, args.reference, args.aimed
+        )
         for index, batch in enumerate(evaluation.batches):
             evaluation.take(index, make()(batch[:, :-1]))  # a fresh model per batch
         with contextlib.suppress(NonCausalModel):  # refused: not scored
@@ -162,11 +197,14 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=500)
     parser.add_argument("--twins", type=int, help="twins per evaluation (default: every split)")
     parser.add_argument("--no-aim", action="store_true", help="no aimed probes (as before)")
+    parser.add_argument("--aimed", type=int, help="aimed twins (default: a whole batch)")
+    parser.add_argument("--only", default="", help="cheaters whose name contains this")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
         corpus = load_corpus(Path(cache))
     val = corpus.val
-    args.reference = None if args.no_aim else bigram_reference(corpus.train)
+    reference = bigram_reference(corpus.train)
+    args.reference = None if args.no_aim else reference
     table = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
     base = trigram(corpus.train)
     cheaters: dict[str, Callable[[], Model]] = {
@@ -184,6 +222,8 @@ def main() -> None:
         "unsure > 4.9, +30": lambda: peeks_where_unsure(base, 4.9, 30.0),
         "unsure > 4.9, +1": lambda: peeks_where_unsure(base, 4.9, 1.0),
         "unsure > 4.9, +0.5": lambda: peeks_where_unsure(base, 4.9, 0.5),
+        "capped, unsure > 4.9": lambda: peeks_under_cap(base, 4.9, 30.0, reference),
+        "capped, unsure > 4.5": lambda: peeks_under_cap(base, 4.5, 30.0, reference),
     }
     print(
         f"context {args.context}, {args.tokens} bytes, "
@@ -191,6 +231,8 @@ def main() -> None:
         f"{args.evaluations} evaluations each"
     )
     for name, make in cheaters.items():
+        if args.only not in name:
+            continue
         start = time.monotonic()
         scored = missed(make, val, args)
         bpb = f"val_bpb {statistics.mean(scored):.4f}" if scored else ""

@@ -82,9 +82,11 @@ def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> 
 
 def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did_too_well() -> None:
     """A red team peeked only where its honest model was unsure and passed 74% of evaluations:
-    twins at random places check one (window, position) each. The last batch's twins are split
-    at positions drawn with odds e^excess over a bigram of the train split; a model that is
-    sure of the byte it peeks at, in 200 of 256 windows, is caught every time."""
+    twins at random places check one (window, position) each. The last batch's twins (a whole
+    batch of them, of distinct windows) are split at positions drawn with odds e^excess over a
+    bigram of the train split; a model that is sure of the byte it peeks at, in 200 of 256
+    windows, is caught every time. With fewer aimed twins, real windows fill the batch as
+    covers, never scored twice."""
     val = torch.randint(0, 256, (200_000,), dtype=torch.uint8)
     reference = bigram_reference(torch.randint(0, 256, (100_000,), dtype=torch.uint8))
 
@@ -95,22 +97,23 @@ def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did
                 out[i, 30, int(row[31])] = 30.0
         return out
 
-    for _ in range(5):
-        evaluation = Evaluation(val, 64, 16_384, reference=reference)
+    for aimed, covered in [(None, 0), (None, 0), (None, 0), (6, 26), (6, 26)]:
+        evaluation = Evaluation(val, 64, 16_384, reference=reference, aimed=aimed)
         assert len(evaluation.batches) == 10
         for index, batch in enumerate(evaluation.batches):  # grows by one after the tenth
             evaluation.take(index, peeks(batch[:, :-1]))
         assert len(evaluation.batches) == 11 and len(evaluation.batches[10]) == EVAL_BATCH
-        aimed = [evaluation._probes[i] for kind, i in evaluation._rows[10] if kind == "twin"]
-        assert len(aimed) == 6 and len({window for window, _ in aimed}) == 6  # as the rest mix
+        twins = [evaluation._probes[i] for kind, i in evaluation._rows[10] if kind == "twin"]
+        assert len(twins) == len({window for window, _ in twins}) == EVAL_BATCH - covered
         covers = {i for kind, i in evaluation._rows[10] if kind == "cover"}
-        assert len(covers) == 26 and not covers & {window for window, _ in aimed}
+        assert len(covers) == covered and not covers & {window for window, _ in twins}
         with pytest.raises(NonCausalModel):
             evaluation.finish()
-    honest = Evaluation(val, 64, 16_384, reference=reference)
-    for index, batch in enumerate(honest.batches):
-        honest.take(index, torch.zeros(*batch[:, :-1].shape, 256))
-    assert honest.finish() == pytest.approx(8.0)  # covers are not scored twice
+    for aimed in (None, 6):
+        honest = Evaluation(val, 64, 16_384, reference=reference, aimed=aimed)
+        for index, batch in enumerate(honest.batches):
+            honest.take(index, torch.zeros(*batch[:, :-1].shape, 256))
+        assert honest.finish() == pytest.approx(8.0)  # covers are not scored twice
 
 
 def test_aimed_positions_are_drawn_with_odds_that_grow_with_the_excess() -> None:

@@ -84,6 +84,16 @@ def test_time_budget_is_honoured(corpus: Corpus, tmp_path: Path) -> None:
     assert 2.0 <= result.train_seconds < 2.5
 
 
+def test_training_after_the_last_batch_is_counted(corpus: Corpus, tmp_path: Path) -> None:
+    """Time a recipe spends after its last batch is training the budget did not pay for: more
+    than the allowance is a CRASH (`replay-after-budget`), and what the allowance lets by (a
+    step finishing) is counted in train_seconds, which ran to the budget's end before."""
+    idle = edit("    return model\n", "    import time\n    time.sleep(1.5)\n    return model\n")
+    result = run(corpus, tmp_path, idle, budget=2.0, kind=BudgetKind.SECONDS)
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+    assert result.train_seconds >= 3.5
+
+
 @pytest.mark.parametrize(
     ("patch", "status", "reason"),
     [

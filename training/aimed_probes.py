@@ -6,9 +6,8 @@ where its honest model was unsure passed 74% of evaluations for 0.043 bpb (docs/
 A peek pays where the next byte is hard to guess, and that is where it shows: the model puts
 far more probability on the true next byte than a model of the training data's own statistics
 does. So once every real window is scored, each position's excess, in nats, over a byte
-bigram of the train split (what the runner trusts, and cheap) is measured, and a few more twins
-are split at positions drawn with odds e^excess, of distinct windows, in one more batch of the
-usual mix.
+bigram of the train split (what the runner trusts, and cheap) is measured, and one more batch
+of twins is split at positions drawn with odds e^excess, of distinct windows.
 
 An honest model earns excess too (it reads more than one byte back), so some draws land on
 honest positions; a twin there costs nothing but a row. A peek is drawn with odds that grow

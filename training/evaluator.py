@@ -62,6 +62,7 @@ class Evaluation:
     # log P(next | byte) of the train split (aimed_probes.bigram_reference): once every real
     # window is scored, one more batch holds twins aimed where the model did suspiciously well
     reference: torch.Tensor | None = None
+    aimed: int | None = None  # twins aimed that way; None: a whole batch of them
     batches: list[torch.Tensor] = field(default_factory=list)
     # every scored byte's log-probability, summed exactly at the end: the metric does not
     # depend on which batches the windows were dealt to, which changes every evaluation
@@ -176,14 +177,17 @@ class Evaluation:
             self._aim(self.reference)
 
     def _aim(self, reference: torch.Tensor) -> None:
-        """One more batch of the usual mix: twins split at positions drawn with odds that grow
-        with how much the model beat the reference there (aimed_probes.py), among real windows
-        sent again as covers (not scored twice: a round cannot be told from the other by what it
-        holds). A model that is honest only here is still caught: each aimed twin is compared
-        with its window's answer from the first round."""
+        """One more batch, of twins split at positions drawn with odds that grow with how much
+        the model beat the reference there (aimed_probes.py), of distinct windows; with fewer
+        than a batch (`aimed`), real windows sent again fill it (covers, not scored twice).
+        A whole batch of twins costs no more than the six of the usual mix did (one process) and
+        catches more: peeks kept just under their window's best honest position passed 13.5%
+        of 200 evaluations against six aimed twins, 2% against 32 (docs/reliability.md). Telling
+        this batch from the others does not help a model: each aimed twin is compared with its
+        window's answer from the first round, so being honest here is what gets it caught."""
         windows = self._all
         size = len(self.batches[0])
-        count = max(1, round(size * len(self._probes) / (len(windows) + len(self._probes))))
+        count = min(size if self.aimed is None else self.aimed, len(windows))
         aimed = most_suspicious(windows, self._real, reference, count, self._rng)
         rows: list[tuple[str, int]] = []
         for window, split in aimed:

@@ -141,7 +141,9 @@ class ExperimentSession:
             elif kind == b"I":  # sent as train() returns: the budget's end is checked here
                 last = self.progress.last_batch
                 self._check_after_budget(last, "its last batch to its evaluation")
-                self.progress.ended = self.progress.ended or time.monotonic()
+                # training ends here, not at the budget's end: what a recipe does after its
+                # last batch (within the allowance) is counted in train_seconds
+                self.progress.ended = time.monotonic()
                 self.progress.peak_mem_mb = peak_rss_mb(self.process.pid)  # alive: it waits
                 (size,) = p.INFO.unpack(self.read(p.INFO.size))
                 if size > INFO_MAX_BYTES:
