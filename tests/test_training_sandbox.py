@@ -245,6 +245,45 @@ def test_what_a_model_prints_while_evaluated_reaches_no_one(
     assert not list(tmp_path.rglob("w.txt"))
 
 
+def loads_saying(then: str) -> str:
+    """A recipe whose model prints its evaluation process's pid as it is loaded, then runs
+    `then`: a red team passed window bytes from one evaluation process to the next through the
+    process-id counter, and the next printed them as it loaded, into the kept log."""
+    return edit(
+        "    return model\n",
+        f"""    class Talker(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def __setstate__(self, state):
+            import os
+            print("LOADED", os.getpid(), flush=True)
+            {then}
+            super().__setstate__(state)
+
+        def forward(self, x):
+            return self.model(x)
+
+    return Talker()
+""",
+    )
+
+
+def test_what_an_evaluation_process_says_while_loading_is_kept_only_if_it_fails(
+    corpus: Corpus, tmp_path: Path, baseline: float
+) -> None:
+    quiet = run(corpus, tmp_path, loads_saying("pass"), seed=7, log_dir=tmp_path / "logs")
+    assert quiet.status == RunStatus.OK and quiet.metric == baseline, quiet.reason
+    kept = (tmp_path / "logs" / f"{quiet.run_id}.log").read_text()
+    assert "LOADED" not in kept and "LOADED" not in quiet.log_tail
+    refused = run(corpus, tmp_path, loads_saying("raise ValueError('not here')"), seed=7)
+    assert refused.status == RunStatus.CRASH
+    assert refused.reason.startswith("the trained model could not be loaded"), refused.reason
+    assert refused.reason.endswith("ValueError: not here"), refused.reason
+    assert refused.log_tail.count("LOADED") == 1  # the first process failed: its words kept
+
+
 def test_limits_and_capabilities_apply(corpus: Corpus, tmp_path: Path) -> None:
     probe = """
 import resource

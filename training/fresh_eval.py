@@ -8,9 +8,14 @@ new process forked from the zygote, which has run none of the recipe's code befo
 model (from a folder of its own holding only `model.pt`), asks for its windows, answers with
 logits and is killed before the next one starts. It may write no file anywhere, start no
 process and open no socket (Landlock with no writable path, and the training stage's seccomp),
-so nothing it learns of its windows outlives it. What it prints reaches the run's log only until
-it asks for its windows (a load error is worth reading; later output could carry them); then
-its output pipe is closed. How it failed becomes one of a few fixed reasons, never its text.
+so nothing it learns of its windows outlives it. What it prints before it asks for its windows
+reaches the run's log only if it fails there (a load error is worth reading); from then on its
+output pipe is closed. How it failed once it had its windows becomes one of a few fixed
+reasons, never its text. (Output before the windows was kept on success too, until a red team
+passed window bytes from one evaluation process to the next through the machine's process-id
+counter: the last process starts threads until their id says a byte, and the next one, forked
+right after, reads its own pid while it loads and prints it. Those few bits per process now
+reach a log only by failing the run.)
 """
 
 from __future__ import annotations
@@ -25,8 +30,14 @@ from bus.messages import RunStatus
 from training.aimed_probes import reference_for
 from training.evaluator import Evaluation, NonCausalModel
 from training.experiment_session import ChildGone, SandboxRefused, Stop
-from training.harness_child import EXIT_BAD_MODEL, EXIT_MODEL_LOAD, MODEL_FILE, NO_SANDBOX
-from training.log_pipe import OutputPipe
+from training.harness_child import (
+    EXIT_BAD_MODEL,
+    EXIT_MODEL_LOAD,
+    LOAD_FAILED,
+    MODEL_FILE,
+    NO_SANDBOX,
+)
+from training.log_pipe import OutputPipe, private_log
 from training.process_outcome import fd_tail, outcome, remove_tree
 from training.stage_process import Run, stage_process
 
@@ -71,18 +82,25 @@ def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) ->
     """One evaluation process for batch `index`: started, answered, and dead on return."""
     # One limit on the run's log, not one per process (a red team's 11 processes wrote 11x it)
     room = max(0, run.limits.limits.file_size_bytes - os.fstat(run.log).st_size)
-    output = OutputPipe(run.log, room)
+    held = private_log(folder.parent, f"{folder.name}.{index}")  # the run's log, if it fails
     try:
-        with stage_process(run, "evaluate", folder, output) as session:
-            try:
-                session.answer_windows(evaluation, index, before_windows=output.cut)
-                return  # its logits are in: how it ends changes nothing
-            except ChildGone:
-                code = session.wait_exit()
-            except SandboxRefused:
-                raise Stop(RunStatus.REFUSED, NO_SANDBOX) from None
+        output = OutputPipe(held, room)
+        try:
+            with stage_process(run, "evaluate", folder, output) as session:
+                try:
+                    session.answer_windows(evaluation, index, before_windows=output.cut)
+                    return  # its logits are in: how it ends changes nothing, what it said neither
+                except ChildGone:
+                    code = session.wait_exit()
+                except SandboxRefused:
+                    raise Stop(RunStatus.REFUSED, NO_SANDBOX) from None
+        finally:
+            output.close()
+        if not session.windows_sent:  # failed before its windows: what it said is worth reading
+            os.lseek(held, 0, os.SEEK_SET)
+            os.write(run.log, os.read(held, room))
     finally:
-        output.close()
+        os.close(held)
     raise Stop(*_failure(code, session.windows_sent, fd_tail(run.log), run.limits))
 
 
@@ -90,8 +108,9 @@ def _failure(code: int, windows_sent: bool, tail: str, limits: RunLimits) -> tup
     """Why an evaluation process ended without answering: from its exit alone once it had its
     windows (its text from then on is not kept), from its log before that."""
     if not windows_sent:
-        if code == EXIT_MODEL_LOAD:
-            last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+        if code == EXIT_MODEL_LOAD:  # the error is the line before the harness's own
+            said = [line for line in tail.splitlines() if line.strip()]
+            last = next((line for line in reversed(said) if LOAD_FAILED not in line), "")
             why = "the trained model could not be loaded for evaluation in a fresh process"
             return RunStatus.CRASH, f"{why}: {last[:300]}"
         if code == 0:

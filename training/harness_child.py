@@ -23,6 +23,7 @@ EXIT_RECIPE_ERROR = 1
 EXIT_BAD_MODEL = 3
 EXIT_NO_SANDBOX = 4  # the sandbox could not be applied and the user did not accept that
 EXIT_MODEL_LOAD = 5  # an evaluation process could not load the trained model
+LOAD_FAILED = "the trained model could not be loaded for evaluation"  # printed with the error
 MODEL_FILE = "model.pt"  # what the training stage leaves for the evaluation processes
 NO_SANDBOX = "refused: the sandbox could not be applied"  # how its last line starts
 
@@ -115,7 +116,7 @@ def _evaluate_one_batch(config: dict[str, Any]) -> None:
         model.eval()
     except Exception:
         traceback.print_exc()
-        print("the trained model could not be loaded for evaluation", file=sys.stderr, flush=True)
+        print(LOAD_FAILED, file=sys.stderr, flush=True)
         sys.exit(EXIT_MODEL_LOAD)
     p.write_all(req, b"E")
     n, context = p.EVAL_ANSWER.unpack(p.read_exact(resp, p.EVAL_ANSWER.size))
