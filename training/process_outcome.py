@@ -50,6 +50,16 @@ def device_label(device: str) -> str:
         return f"{device} (no name: {str(exc)[:80]})"
 
 
+# A stock project's DataLoader with workers dies of PermissionError and nothing more: its queues
+# take a POSIX semaphore in /dev/shm, which no sandboxed run may write (a file there outlives
+# the run, is shared by every run, and fills memory no quota counts). So the reason says why.
+SHARED_MEMORY_MARKS = ("SemLock", "/dev/shm", "sem_open", "shm_open")
+NO_SHARED_MEMORY = (
+    "multiprocessing's queues and locks, and a DataLoader's workers, need /dev/shm, which a "
+    "sandboxed run may not write: load the data in the process itself (num_workers=0)"
+)
+
+
 def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
     """The status and reason of an experiment that exited with `code` (negative: a signal),
     from the end of its log."""
@@ -69,6 +79,8 @@ def outcome(code: int, tail: str, limits: Limits) -> tuple[RunStatus, str]:
         return RunStatus.CRASH, f"exit code {code}, reporting it ran out of memory: {last[:300]}"
     if "File too large" in tail:  # EFBIG: Python ignores SIGXFSZ, so the write raised
         return RunStatus.CRASH, f"{_file_size_limit(limits)}: {last[:300]}"
+    if "Permission denied" in last and any(mark in tail for mark in SHARED_MEMORY_MARKS):
+        return RunStatus.CRASH, f"exit code {code}: {last[:300]} ({NO_SHARED_MEMORY})"
     return RunStatus.CRASH, f"exit code {code}: {last[:300]}" if last else f"exit code {code}"
 
 

@@ -139,6 +139,13 @@ def _fs_rights(abi: int) -> int:
         rights |= 1 << 13  # REFER
     if abi >= 3:
         rights |= 1 << 14  # TRUNCATE
+    if abi >= 9:  # Linux 7.1
+        # RESOLVE_UNIX: connect (or send by address) to a pathname Unix socket only under a
+        # writable path, or one made inside the sandbox. A command's toolchain keeps its own
+        # sockets (multiprocessing's forkserver, torch's DataLoader workers pass fds through
+        # one in its temp folder), while a service outside (a container runtime's socket,
+        # D-Bus) is out of reach. Below ABI 9 no Landlock right covers it (docs/reliability.md).
+        rights |= 1 << 16
     return rights
 
 
