@@ -169,7 +169,8 @@ class ModelSearch:
         best = "none yet" if self._low is None else f"{self._low:.4g}"
         why = (
             f"{self.sampler.value.upper()} over {len(self.space.dimensions) if self.space else 0} "
-            f"dimensions, fitted to {decided} decided ideas of {len(desk.findings)} findings "
+            f"dimensions, fitted to {decided} decided idea{'' if decided == 1 else 's'} of "
+            f"{len(desk.findings)} finding{'' if len(desk.findings) == 1 else 's'} "
             f"({self.trials} trials); best value so far {best}"
         )
         lead = "; ".join(said) + more

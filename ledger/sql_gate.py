@@ -119,11 +119,20 @@ def run_query(
     return QueryResult(table, truncated=False)
 
 
+HINT_LINES = ("Did you mean", "Candidate bindings")  # DuckDB's suggestions, kept with its reason
+
+
 def _first_line(exc: BaseException, max_chars: int = 500) -> str:
-    """DuckDB's reason, short: its messages quote the query's names, however long."""
+    """DuckDB's reason, short (its messages quote the query, however long), with its
+    suggestion if it made one: a newcomer who typed `agent_id` learns the column is `agent`."""
     text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    if len(line) > max_chars:
-        half = max_chars // 2
-        line = f"{line[:half]}… [{len(line) - 2 * half} chars] …{line[-half:]}"
-    return line
+    lines = text.splitlines() if text else [type(exc).__name__]
+    kept = [lines[0], *(line for line in lines[1:] if line.startswith(HINT_LINES))]
+    return " ".join(_shortened(line, max_chars) for line in kept)
+
+
+def _shortened(line: str, max_chars: int) -> str:
+    if len(line) <= max_chars:
+        return line
+    half = max_chars // 2
+    return f"{line[:half]}… [{len(line) - 2 * half} chars] …{line[-half:]}"

@@ -19,7 +19,7 @@ from bus.roles import Role
 from ledger.duckdb_store import LedgerLocked
 from ledger.sql_protocol import SqlError
 from swarm import config_files, event_loop, people
-from swarm.cli_args import build_parser
+from swarm.cli_args import build_parser, parse
 from swarm.config import (
     ConfigError,
     SwarmConfig,
@@ -116,7 +116,7 @@ def _opt_str(value: Path | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     terminal = logging.StreamHandler(sys.stderr)
     if args.command == "start" and not args.verbose:
         # The terminal is the live view's: what the supervisor logs goes to the workspace's
@@ -304,9 +304,8 @@ async def _status(config: SwarmConfig, workspace: Workspace) -> None:
             print(f"web view {workspace.web_url_file.read_text().strip()}")
         print(status.line())
         return
-    if not workspace.ledger_path.exists():
-        print(f"swarm: no swarm has run in {workspace.root}")
-        return
+    if not workspace.ledger_path.exists():  # an error, as for sql, web and whatif: scripts see it
+        raise SwarmError(f"no swarm has run in {workspace.root} (or pass --workspace, --nats)")
     counts = counts_from(read_file(workspace, config, COUNTS_SQL))
     print(f"swarm: stopped, workspace {workspace.root}")
     print(" ".join(f"{name}={n}" for name, n in counts.items()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 from pathlib import Path
 
 from swarm.output import FORMATS
@@ -42,6 +43,25 @@ examples:
 The ledger's tables and views are documented in README.md (section "The ledger").
 Bus credentials can also come from the environment: SWARM_NATS_TOKEN, SWARM_NATS_PASSWORD.
 """
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line. A flag its subcommand does not have is named with that subcommand's
+    usage and the nearest flag it has (argparse names it with the top level's usage: a
+    newcomer's `swarm start --minuts 3` got `usage: swarm [-h] [--config CONFIG] …`)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next(
+            a.choices[args.command]
+            for a in parser._actions  # argparse keeps its subparsers only there
+            if isinstance(a, argparse._SubParsersAction)
+        )
+        known = [flag for action in sub._actions for flag in action.option_strings]
+        near = difflib.get_close_matches(extra[0].split("=")[0], known, n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near and extra[0].startswith("-") else ""
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:

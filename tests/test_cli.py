@@ -29,6 +29,16 @@ def test_help_shows_examples() -> None:
     assert "swarm sql" in done.stdout and "examples:" in done.stdout
 
 
+def test_a_misspelled_flag_is_named_with_its_command_s_usage_and_the_nearest_flag() -> None:
+    done = run_swarm(Path("unused"), "start", "--agents", "2", "--minuts", "3")
+    assert done.returncode == 2
+    assert "usage: swarm start" in done.stderr
+    assert "unrecognized arguments: --minuts 3 (did you mean --minutes?)" in done.stderr
+    done = run_swarm(Path("unused"), "status", "now")
+    assert done.returncode == 2
+    assert "swarm status: error: unrecognized arguments: now" in done.stderr
+
+
 # What only starting, training and proposing need: a query that imported them would take ~3 s
 # of CPU instead of ~0.3 s, at every `swarm sql`, every `swarm status` and in the ledger and
 # ladder processes.
@@ -141,7 +151,8 @@ def test_sql_without_any_ledger_says_what_to_do(tmp_path: Path) -> None:
     done = run_swarm(tmp_path / "nothing-here", "sql", "select 1")
     assert done.returncode == 2
     assert "no ledger at" in done.stderr and "swarm start" in done.stderr
-    assert "no swarm has run" in run_swarm(tmp_path / "nothing-here", "status").stdout
+    status = run_swarm(tmp_path / "nothing-here", "status")
+    assert status.returncode == 2 and "no swarm has run" in status.stderr
 
 
 def test_bad_config_stops_start_naming_the_key(tmp_path: Path) -> None:

@@ -54,6 +54,9 @@ REFUSED = [
     ("select * from 'https://example.com/x.csv'", "disabled by configuration"),
     ("selct 1", "cannot parse the query"),
     ("select * from no_such_table", "no_such_table does not exist"),
+    # DuckDB's suggestion comes with its reason (a newcomer looked for the column by `describe`)
+    ("select * from run", 'run does not exist! Did you mean "runs"'),
+    ("select agent_id from agent_events", 'Candidate bindings: .*"agent"'),
 ]
 
 
