@@ -199,6 +199,19 @@ def corpus(corpus_dir: Path) -> object:
     return load_corpus(corpus_dir)
 
 
+@pytest.fixture(scope="session")
+def baseline(corpus: object, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The champion's val_bpb at seed 7 through the real trainer (tests/training_helpers.run):
+    what a cheat must not beat, and what a harmless change must give again."""
+    from bus.messages import RunStatus
+    from tests.training_helpers import run
+
+    result = run(corpus, tmp_path_factory.mktemp("scratch"), seed=7)  # type: ignore[arg-type]
+    assert result.status == RunStatus.OK, result.reason + result.log_tail
+    assert result.metric is not None
+    return result.metric
+
+
 @pytest.fixture
 async def ledger(nc: Client, tmp_path: Path) -> AsyncIterator[LedgerService]:
     """The ledger service in this process, on the test's nats-server, ready to answer."""

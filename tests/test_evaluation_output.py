@@ -6,20 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from bus.messages import RunStatus
 from tests.training_helpers import edit, run
 from training.corpus import Corpus
-
-
-@pytest.fixture(scope="module")
-def baseline(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> float:
-    result = run(corpus, tmp_path_factory.mktemp("scratch"), seed=7)
-    assert result.status == RunStatus.OK, result.reason + result.log_tail
-    assert result.metric is not None
-    return result.metric
-
 
 # Prints every window it is sent (so a later run could read them in this one's log tail), and
 # tries to leave them in a file; otherwise an honest model.

@@ -29,14 +29,6 @@ from training.log_pipe import output_pipe, private_log
 from training.runner import run_bytelm
 
 
-@pytest.fixture(scope="module")
-def baseline(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> float:
-    result = run(corpus, tmp_path_factory.mktemp("scratch"), seed=7)
-    assert result.status == RunStatus.OK, result.reason + result.log_tail
-    assert result.metric is not None
-    return result.metric
-
-
 def test_champion_trains_and_is_evaluated(corpus: Corpus, tmp_path: Path, baseline: float) -> None:
     result = run(corpus, tmp_path, seed=7)
     assert result.status == RunStatus.OK
