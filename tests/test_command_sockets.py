@@ -1,9 +1,11 @@
-"""A command target's Unix sockets (issue 16): its toolchain keeps its own, and a service
+"""A command target's Unix sockets and temp folder (issue 16): its toolchain keeps its own
+sockets (in a short temp folder of its own, hidden from every other run), and a service
 outside its folder is out of reach where the kernel can say so (Landlock ABI 9, Linux 7.1:
 `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`). Through a real command stage, as a user's project runs."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tempfile
 import threading
@@ -13,6 +15,7 @@ import pytest
 
 from bus.messages import BudgetKind, RunResult, RunSpec, RunStatus, new_id
 from training.command_io import MetricReader
+from training.command_stage import TEMP_ROOT
 from training.command_target import CommandTarget
 from training.runner import RunLimits
 from training.sandbox import landlock_abi
@@ -37,23 +40,43 @@ def run_script(tmp_path: Path, script: str) -> RunResult:
     )  # fmt: skip
 
 
-def test_a_command_keeps_the_unix_sockets_it_makes() -> None:
+def test_a_command_keeps_the_unix_sockets_it_makes(tmp_path: Path) -> None:
     """multiprocessing's forkserver (Python 3.14's default start method) listens on a pathname
-    socket in the temp folder and its children connect to it: a rule that denied connect to
-    every Unix socket would break it. (In a short folder: a socket's path is at most 107
-    bytes, and pytest's temporary folders are deep.)"""
-    with tempfile.TemporaryDirectory(dir="/tmp", prefix="sock") as short:
-        result = run_script(
-            Path(short),
-            "import multiprocessing as mp\n"
-            "def child(end):\n    end.send(6.0)\n"
-            "if __name__ == '__main__':\n"
-            "    ours, theirs = mp.Pipe()\n"
-            "    p = mp.get_context('forkserver').Process(target=child, args=(theirs,))\n"
-            "    p.start()\n    print('val_loss:', ours.recv())\n    p.join()\n",
-        )
+    socket in TMPDIR and its children connect to it: a rule that denied connect to every Unix
+    socket would break it. TMPDIR is a short folder of the stage's own: in its copy of the
+    project, deep in a workspace (or in pytest's folders), the socket's path passed the 107
+    bytes a Unix socket may have and the run failed ("AF_UNIX path too long")."""
+    result = run_script(
+        tmp_path,
+        "import multiprocessing as mp, os, tempfile\n"
+        "def child(end):\n    end.send(6.0)\n"
+        "if __name__ == '__main__':\n"
+        "    ours, theirs = mp.Pipe()\n"
+        "    p = mp.get_context('forkserver').Process(target=child, args=(theirs,))\n"
+        "    p.start()\n    print('val_loss:', ours.recv())\n    p.join()\n"
+        "    print('temp', tempfile.gettempdir())\n",
+    )
     assert result.status == RunStatus.OK, (result.reason, result.log_tail)
     assert result.metric == 6.0
+    temp = next(line.split()[1] for line in result.log_tail.splitlines() if line.startswith("temp"))
+    assert Path(temp).parent == TEMP_ROOT and not Path(temp).exists()  # removed after the stage
+
+
+def test_a_command_reads_no_other_run_s_temp_folder(tmp_path: Path) -> None:
+    TEMP_ROOT.mkdir(mode=0o700, exist_ok=True)
+    other = Path(tempfile.mkdtemp(prefix="run-", dir=TEMP_ROOT))
+    (other / "held.txt").write_text("another run's temp file")
+    try:
+        result = run_script(
+            tmp_path,
+            f"try:\n    print(open({str(other / 'held.txt')!r}).read())\n"
+            "except OSError as e:\n    print('denied', e.errno)\n"
+            "print('val_loss: 1.0')\n",
+        )
+    finally:
+        shutil.rmtree(other)
+    assert result.status == RunStatus.OK, (result.reason, result.log_tail)
+    assert "denied 13" in result.log_tail and "another run" not in result.log_tail
 
 
 def test_a_data_loader_with_workers_is_told_why_it_cannot_run(tmp_path: Path) -> None:

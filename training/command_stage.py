@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from training.process_outcome import (
     keep_log,
     kill_group,
     outcome,
+    remove_tree,
 )
 from training.run_limits import SCRATCH_DEPTH_MAX, WATCH_INTERVAL_S, Cancelled, RunLimits
 from training.sandbox import (
@@ -43,6 +45,14 @@ from training.sandbox import (
     set_rlimits,
 )
 
+# Each stage's TMPDIR: a folder of its own under /tmp, not in its copy of the project. A Unix
+# socket's path is at most 107 bytes, and multiprocessing's forkserver (Python 3.14's default)
+# listens in TMPDIR: in a copy deep in a workspace its path was too long and every
+# multiprocessing.Process failed. Counted in the stage's quota and removed after it; their
+# common folder is hidden from every stage (as the scratch folder is), so a stage reaches its
+# own temp folder only, never another run's.
+TEMP_ROOT = Path(os.path.realpath("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()))
+TEMP_ROOT = TEMP_ROOT / f"swarm-{os.getuid()}"
 # The interpreter swarm runs on, not resolved: a virtual environment's python is a link.
 OWN_BIN = str(Path(sys.executable).parent)
 EVAL_SUFFIX = ".eval"  # the evaluation's copy and log: <run_id>.eval
@@ -122,13 +132,33 @@ def _execute(
         env["PATH"] = os.pathsep.join(p for p in (OWN_BIN, env.get("PATH", "")) if p)
     try:
         text = render(command, run.spec, given)
-        readable = [*readable_except(reach.hidden), *reach.also]
+        readable = [*readable_except((*reach.hidden, TEMP_ROOT)), *reach.also]
     except CommandError as exc:
         return Stage(RunStatus.REFUSED, str(exc), 0.0)
     try:  # the copy of the project is not the run's to fill: the quota is on what it adds
         copied = disk_usage(folder, 0, SCRATCH_DEPTH_MAX)  # pid 0: no process, no held files
     except OSError as exc:
         return Stage(RunStatus.CRASH, f"the project copy cannot be checked: {exc}", 0.0)
+    TEMP_ROOT.mkdir(mode=0o700, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(prefix="run-", dir=TEMP_ROOT))
+    env["TMPDIR"] = str(temp)
+    try:
+        return _confined(run, text, folder, log, reach, readable, env, copied, temp)
+    finally:
+        remove_tree(temp)
+
+
+def _confined(
+    run: RunContext,
+    text: str,
+    folder: Path,
+    log: int,
+    reach: Reach,
+    readable: list[Path],
+    env: dict[str, str],
+    copied: tuple[int, int],
+    temp: Path,
+) -> Stage:
     started = time.monotonic()
     become_subreaper()  # a descendant that leaves the process group is adopted, then killed
     with output_pipe(log, run.limits.limits.file_size_bytes) as output:
@@ -141,14 +171,14 @@ def _execute(
                 stdout=output.write,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_confinement(run, folder, readable, reach),
+                preexec_fn=_confinement(run, (folder, temp), readable, reach),
             )
         except subprocess.SubprocessError as exc:  # the confinement failed in the child
             return Stage(RunStatus.REFUSED, f"the run could not be confined: {exc}", 0.0)
         finally:
             output.handed_over()
         born = started_at(process.pid)  # the stage's descendants all start after its shell
-        ended = _watch(run, process, folder, copied, started)
+        ended = _watch(run, process, (folder, temp), copied, started)
         kill_adopted(born)  # before the pipe is drained: an orphan may hold its write end
     if isinstance(ended, Stage):
         return ended
@@ -160,11 +190,12 @@ def _execute(
 
 
 def _confinement(
-    run: RunContext, folder: Path, readable: list[Path], reach: Reach
+    run: RunContext, folders: tuple[Path, Path], readable: list[Path], reach: Reach
 ) -> Callable[[], None]:
-    """What runs between fork and exec: limits, Landlock and seccomp survive exec. Where a GPU
-    is used, its device files must be writable (opening them read-write is how CUDA starts)."""
-    writable = [folder, Path("/dev/null"), *device_paths(run.device)[1]]
+    """What runs between fork and exec: limits, Landlock and seccomp survive exec. It may write
+    `folders` (its copy, its temp folder). Where a GPU is used, its device files must be
+    writable (opening them read-write is how CUDA starts)."""
+    writable = [*folders, Path("/dev/null"), *device_paths(run.device)[1]]
 
     # Without the user's explicit UNSAFE_FLAG a stage runs confined or not at all; held-out
     # files are hidden or nothing runs, whatever the flag.
@@ -188,12 +219,13 @@ def _confinement(
 def _watch(
     run: RunContext,
     process: subprocess.Popen[bytes],
-    folder: Path,
+    folders: tuple[Path, Path],
     copied: tuple[int, int],
     started: float,
 ) -> Stage | int:
-    """Wait for the process under the wall-clock limit and the disk quota: its exit code, or
-    the Stage it was stopped with. Its whole process group is killed whatever happens."""
+    """Wait for the process under the wall-clock limit and the disk quota (on what it adds to
+    `folders`): its exit code, or the Stage it was stopped with. Its whole process group is
+    killed whatever happens."""
     limits = run.limits
     deadline, next_disk_check = started + limits.time_limit_s, started
     try:
@@ -206,7 +238,7 @@ def _watch(
                 return Stage(RunStatus.TIMEOUT, reason, limits.time_limit_s)
             if now >= next_disk_check:
                 next_disk_check = now + WATCH_INTERVAL_S
-                if over := _over_quota(folder, process.pid, copied, limits.limits):
+                if over := _over_quota(folders, process.pid, copied, limits.limits):
                     return Stage(RunStatus.CRASH, over, now - started)
             time.sleep(0.1)
     finally:
@@ -214,12 +246,19 @@ def _watch(
     return code
 
 
-def _over_quota(folder: Path, pid: int, copied: tuple[int, int], quota: Limits) -> str:
-    """Why the run must stop for what it added to its copy of the project, or ""."""
+def _over_quota(
+    folders: tuple[Path, Path], pid: int, copied: tuple[int, int], quota: Limits
+) -> str:
+    """Why the run must stop for what it added to its copy of the project and its temp
+    folder, or ""."""
     try:
-        used, files = disk_usage(folder, pid, SCRATCH_DEPTH_MAX)
+        (used, files), (temp_used, temp_files) = (
+            disk_usage(folders[0], pid, SCRATCH_DEPTH_MAX),
+            disk_usage(folders[1], 0, SCRATCH_DEPTH_MAX),  # held files: counted once, above
+        )
     except OSError as exc:
         return f"the scratch directory cannot be checked: {exc}"
+    used, files = used + temp_used, files + temp_files
     added, new_files = used - copied[0], files - copied[1]
     if added <= quota.disk_bytes and new_files <= quota.disk_files:
         return ""

@@ -15,9 +15,10 @@ experiment's output and untrusted: the evaluation must load it as data
 (`torch.load(..., weights_only=True)`, torch's default since 2.6), never unpickle code.
 
 Every stage runs under the same confinement as every experiment: the hard wall-clock limit
-(each stage its own), rlimits, a scrubbed environment, writes only into the stage's own copy,
-no read of the workspace (the bus passwords, other runs' logs) or of the scratch folder (other
-runs' copies), each stage's full log kept in logs/runs/. Training has no network (Landlock bars
+(each stage its own), rlimits, a scrubbed environment, writes only into the stage's own copy
+and its own temp folder (TMPDIR, short: command_stage.TEMP_ROOT), no read of the workspace
+(the bus passwords, other runs' logs) or of the scratch folder (other runs' copies), each
+stage's full log kept in logs/runs/. Training has no network (Landlock bars
 TCP, seccomp every socket but Unix ones). Not confined (see README, "One stage or two"): file
 metadata outside the copy (chmod, utime: Landlock does not cover them), processes that leave
 the run's process group, and SysV IPC.
