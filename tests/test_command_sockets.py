@@ -63,7 +63,7 @@ def test_a_command_keeps_the_unix_sockets_it_makes(tmp_path: Path) -> None:
 
 
 def test_a_command_reads_no_other_run_s_temp_folder(tmp_path: Path) -> None:
-    TEMP_ROOT.mkdir(mode=0o700, exist_ok=True)
+    TEMP_ROOT.mkdir(mode=0o700, exist_ok=True)  # as the first stage on this machine makes it
     other = Path(tempfile.mkdtemp(prefix="run-", dir=TEMP_ROOT))
     (other / "held.txt").write_text("another run's temp file")
     try:
@@ -115,3 +115,17 @@ def test_a_command_reaches_no_unix_socket_outside_its_folder(tmp_path: Path) -> 
         service.close()
     assert result.status == RunStatus.OK, (result.reason, result.log_tail)
     assert "refused 13" in result.log_tail and "reached" not in result.log_tail
+
+
+def test_a_temp_root_someone_else_could_enter_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/tmp is everyone's: a folder there that others may enter (or another user made first)
+    is no place for a run's temp files. The run is REFUSED, naming the folder."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setattr("training.command_stage.TEMP_ROOT", shared)
+    result = run_script(tmp_path, "print('val_loss: 1.0')\n")
+    assert result.status == RunStatus.REFUSED
+    assert f"{shared} is not a private folder of this user" in result.reason

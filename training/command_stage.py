@@ -9,6 +9,7 @@ what it leaves running is killed with it (descendants.py).
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -132,6 +133,7 @@ def _execute(
         env["PATH"] = os.pathsep.join(p for p in (OWN_BIN, env.get("PATH", "")) if p)
     try:
         text = render(command, run.spec, given)
+        _check_temp_root()
         readable = [*readable_except((*reach.hidden, TEMP_ROOT)), *reach.also]
     except CommandError as exc:
         return Stage(RunStatus.REFUSED, str(exc), 0.0)
@@ -139,13 +141,24 @@ def _execute(
         copied = disk_usage(folder, 0, SCRATCH_DEPTH_MAX)  # pid 0: no process, no held files
     except OSError as exc:
         return Stage(RunStatus.CRASH, f"the project copy cannot be checked: {exc}", 0.0)
-    TEMP_ROOT.mkdir(mode=0o700, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix="run-", dir=TEMP_ROOT))
     env["TMPDIR"] = str(temp)
     try:
         return _confined(run, text, folder, log, reach, readable, env, copied, temp)
     finally:
         remove_tree(temp)
+
+
+def _check_temp_root() -> None:
+    """TEMP_ROOT, made if missing: a folder of this user's that no one else may enter. /tmp is
+    everyone's, so another user could have made it first, to watch or swap what runs put there."""
+    TEMP_ROOT.mkdir(mode=0o700, exist_ok=True)
+    found = os.lstat(TEMP_ROOT)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise CommandError(
+            f"{TEMP_ROOT} is not a private folder of this user (mode {found.st_mode:o}, owner "
+            f"{found.st_uid}): the runs' temp folders go there; remove it"
+        )
 
 
 def _confined(
