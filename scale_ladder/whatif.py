@@ -91,7 +91,14 @@ def decide_again(messages: Sequence[Message], ladder: Ladder) -> History:
     """The history decided by `ladder` (fresh, with other tiers' rules) from the recorded ideas,
     answering its runs from the recorded ones. `messages` in stream order (ledger.readback)."""
     ladder.recorded_entries = direct_entries_of(messages, len(ladder.tiers))
-    replay = _Replay(ladder, _run_names(messages, ladder.editable), _acted_after(messages))
+    acts = _acted_after(messages)
+    replay = _Replay(ladder, _run_names(messages, ladder.editable), acts)
+    if acts is None and any(isinstance(m, Decision) for m in messages):
+        replay.history.notes.append(
+            "the record does not say where the ladder acted (written before schema v1.3): "
+            "replayed acting after every event, so results that arrived together may be "
+            "decided in another order"
+        )
     for message in messages:
         replay.take(message)
     replay.finish()

@@ -287,7 +287,7 @@ def fidelity_line(fidelity: Comparison) -> str:
     stacks = "the same" if fidelity.recorded_stacks == fidelity.whatif_stacks else "differ"
     line = (
         f"the recorded settings, replayed so: {same} of {decided} recorded verdicts the same, "
-        f"stacks {stacks} (results that arrived together may be decided in another order)"
+        f"stacks {stacks}"
     )
     return "\n".join([*(f"note: {note}" for note in fidelity.notes), line])
 

@@ -4,11 +4,20 @@ the what-if runs the real ladder again over them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from bus.messages import Message, RunResult, RunSpec, RunStatus, Verdict
+from bus.messages import (
+    ChampionChange,
+    Decision,
+    Message,
+    RunResult,
+    RunSpec,
+    RunStatus,
+    Verdict,
+)
 from scale_ladder.admission import patched_source
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_ladder
@@ -227,3 +236,13 @@ def test_results_that_came_together_are_decided_together_again(tmp_path: Path) -
         assert tier.same == tier.decided, tier
         assert (tier.changed, tier.open, tier.reached, tier.earlier, tier.later) == ([],) * 5
         assert tier.runs == tier.recorded_runs
+    assert report.notes == []
+    # A record from before schema v1.3 does not say where the ladder acted: replayed acting
+    # after every event, and the answer says so.
+    old = [
+        replace(m, after_event="") if isinstance(m, RunSpec | Decision | ChampionChange) else m
+        for m in sim.log
+    ]
+    again = decide_again(old, fresh(tmp_path))
+    assert again.notes and "before schema v1.3" in again.notes[0]
+    assert compare(record, again, sim.ladder.tiers).whatif_stacks != report.recorded_stacks
