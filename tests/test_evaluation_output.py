@@ -4,10 +4,11 @@ through the real trainer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from bus.messages import RunStatus
-from tests.training_helpers import edit, run
+from tests.training_helpers import TINY_LIMITS, edit, run
 from training.corpus import Corpus
 
 # Prints every window it is sent (so a later run could read them in this one's log tail), and
@@ -85,3 +86,15 @@ def test_what_an_evaluation_process_says_while_loading_is_kept_only_if_it_fails(
     assert refused.reason.startswith("the trained model could not be loaded"), refused.reason
     assert refused.reason.endswith("ValueError: not here"), refused.reason
     assert refused.log_tail.count("LOADED") == 1  # the first process failed: its words kept
+
+
+def test_a_load_error_after_a_flood_of_output_is_still_the_reason(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    """Past the log's room the pipe keeps a note and the output's end, where the error is: all
+    of what a failing evaluation process said reaches the run's log, not its first bytes only."""
+    limits = replace(TINY_LIMITS, limits=replace(TINY_LIMITS.limits, file_size_bytes=2**20))
+    flood = loads_saying("print('x' * 2**21, flush=True); raise ValueError('not here')")
+    result = run(corpus, tmp_path, flood, limits=limits, seed=7)
+    assert result.status == RunStatus.CRASH
+    assert result.reason.endswith("ValueError: not here"), result.reason

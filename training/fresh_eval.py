@@ -97,8 +97,8 @@ def _answer_batch(run: Run, folder: Path, evaluation: Evaluation, index: int) ->
         finally:
             output.close()
         if not session.windows_sent:  # failed before its windows: what it said is worth reading
-            os.lseek(held, 0, os.SEEK_SET)
-            os.write(run.log, os.read(held, room))
+            # all of it: past `room` the pipe kept a note and the output's end (the error)
+            os.write(run.log, os.pread(held, os.fstat(held).st_size, 0))
     finally:
         os.close(held)
     raise Stop(*_failure(code, session.windows_sent, fd_tail(run.log), run.limits))
