@@ -64,7 +64,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise SqlRefused(f"cannot parse the query: {_first_line(exc)}") from None
+        raise SqlRefused(f"cannot parse the query: {_reason(exc)}") from None
     if len(statements) != 1:
         raise SqlRefused(f"exactly one statement is allowed, got {len(statements)}")
     kind = statements[0].type
@@ -110,7 +110,7 @@ def run_query(
     except duckdb.InterruptException:
         raise SqlRefused(f"query interrupted after the {timeout_s:g}s time limit") from None
     except duckdb.Error as exc:
-        raise SqlRefused(_first_line(exc)) from None
+        raise SqlRefused(_reason(exc)) from None
     finally:
         timer.cancel()
         cursor.close()
@@ -122,7 +122,7 @@ def run_query(
 HINT_LINES = ("Did you mean", "Candidate bindings")  # DuckDB's suggestions, kept with its reason
 
 
-def _first_line(exc: BaseException, max_chars: int = 500) -> str:
+def _reason(exc: BaseException, max_chars: int = 500) -> str:
     """DuckDB's reason, short (its messages quote the query, however long), with its
     suggestion if it made one: a newcomer who typed `agent_id` learns the column is `agent`."""
     text = str(exc).strip()
