@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from agents import model_brain
 from agents.brain import Desk, Finding, Gain
 from agents.history import History
 from agents.model_brain import ModelBrain, ModelSearch, Sampler
@@ -227,7 +228,8 @@ def test_a_crash_before_anything_was_measured_teaches_nothing_yet() -> None:
     search = ModelSearch(Sampler.TPE, seed=0)
     propose(search, desk(RECIPE, (crashed,)))
     states = [t.state for t in search._study.get_trials(deepcopy=False)]
-    assert states == [TrialState.RUNNING]  # only the proposal just made
+    # only the proposal just made (a sample it was moved from is a failed trial: TPE skips it)
+    assert [s for s in states if s is not TrialState.FAIL] == [TrialState.RUNNING]
 
 
 def test_a_changed_declaration_takes_effect_at_once() -> None:
@@ -282,3 +284,43 @@ def test_a_second_look_rejected_where_it_entered_is_no_better_than_a_tier_0_reje
     assert by_wd[0.5].state is TrialState.PRUNED and not by_wd[0.5].intermediate_values
     assert by_wd[0.7].state is TrialState.COMPLETE
     assert by_wd[0.7].value == pytest.approx(BASELINE + 0.03)
+
+
+def test_a_half_step_goes_half_the_way_from_the_champion_on_each_scale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same sample taken whole and as a half step: LR and WD (log ranges) land at the
+    geometric middle between the champion and the whole step, LAYERS (linear) at the middle,
+    rounded to a whole layer."""
+    whole, half = {}, {}
+    for steps, out in (((1.0,), whole), ((0.5,), half)):
+        monkeypatch.setattr(model_brain, "STEPS", steps)
+        source, _ = propose(ModelSearch(Sampler.TPE, seed=5), desk(RECIPE))
+        out.update({k: c.value for k, c in constants(source).items()})
+    champion = {k: c.value for k, c in constants(RECIPE).items()}
+    for name in ("LR", "WD"):
+        a, b, h = float(champion[name]), float(whole[name]), float(half[name])
+        assert math.isclose(h, math.sqrt(a * b), rel_tol=0.01), (name, a, b, h)
+    layers = (int(champion["LAYERS"]) + int(whole["LAYERS"])) / 2
+    assert abs(int(half["LAYERS"]) - layers) <= 0.5
+    assert half["ACT"] in (champion["ACT"], whole["ACT"])
+
+
+def test_the_liar_holds_the_point_that_was_proposed() -> None:
+    """Whether a proposal was a whole or a half step, the study's running trial for it is the
+    recipe the researcher sends, so parallel proposals are steered away from where the swarm
+    really is."""
+    search = ModelSearch(Sampler.TPE, seed=2)
+    space = space_of(RECIPE)
+    for i in range(12):
+        source, _ = propose(search, desk(RECIPE), f"idea-{i}")
+        placeholder = search._tracked[f"idea-{i}"].placeholder
+        assert placeholder is not None
+        trial = search._study.trials[placeholder]
+        assert trial.state is TrialState.RUNNING
+        sent = space.values_of(constants(source))
+        held = {
+            d.name: model_brain._to_value(d, trial.params[model_brain._param(d)])
+            for d in space.dimensions
+        }
+        assert held == sent
