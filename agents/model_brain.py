@@ -30,6 +30,7 @@ import enum
 import math
 import random
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import optuna
@@ -45,7 +46,7 @@ from agents.brain import Attempt, Desk, Finding, Persona, Proposal
 from agents.finding_values import out_of_play, point_of, spot_checked, tier_values
 from agents.hypotheses import clip, describe
 from agents.search_space import Dimension, Kind, SearchSpace, SpaceError, space_of
-from recipes.constants import Change, Constant, Scalar, constants, edit
+from recipes.constants import Change, Scalar, constants, edit
 from recipes.fixed import nothing_to_move
 from recipes.identity import fingerprint
 
@@ -115,6 +116,19 @@ def _to_value(d: Dimension, p: object) -> Scalar:
     return d.clip(float(f"{float(p):.3g}"))
 
 
+def _as_params(space: SearchSpace, values: Mapping[str, Scalar]) -> dict[str, object] | None:
+    """A point of the space as the study's params; None if a value has no place in it (a
+    choice the space does not list) or a dimension has no value."""
+    params: dict[str, object] = {}
+    for d in space.dimensions:
+        x = values.get(d.name)
+        p = _to_param(d, x) if x is not None else None
+        if p is None:
+            return None
+        params[_param(d)] = p
+    return params
+
+
 def _toward(
     space: SearchSpace,
     here: dict[str, object],
@@ -182,7 +196,7 @@ class ModelSearch:
             return Attempt(None, why_not=why, nothing_to_move=True)
         self._sync(desk, space)
         champion = constants(desk.source)
-        here = self._champion_params(champion, space)
+        here = _as_params(space, space.values_of(champion))
         for _ in range(ASKS_PER_PROPOSAL):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -231,20 +245,6 @@ class ModelSearch:
             persona=None,
             why=why,
         )
-
-    def _champion_params(
-        self, champion: dict[str, Constant], space: SearchSpace
-    ) -> dict[str, object] | None:
-        """The champion's point as the study's params; None if a value has no place there."""
-        values = space.values_of(champion)
-        params: dict[str, object] = {}
-        for d in space.dimensions:
-            x = values.get(d.name)
-            p = _to_param(d, x) if x is not None else None
-            if p is None:
-                return None
-            params[_param(d)] = p
-        return params
 
     # --- the study from the findings ----------------------------------------------------------
 
@@ -363,16 +363,7 @@ class ModelSearch:
         """The idea's point as the study's params; None if a value has no place in the space
         (a choice it does not list) or its champion is unknown."""
         values = point_of(finding, version, desk, space)
-        if values is None:
-            return None
-        params: dict[str, object] = {}
-        for d in space.dimensions:
-            x = values.get(d.name)
-            p = _to_param(d, x) if x is not None else None
-            if p is None:
-                return None
-            params[_param(d)] = p
-        return params
+        return None if values is None else _as_params(space, values)
 
 
 class ModelBrain:
