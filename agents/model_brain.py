@@ -222,10 +222,12 @@ class ModelSearch:
                 placeholder = trial.number
             self._tracked[idea_id] = _Tracked(placeholder=placeholder)
             self._seen.pop(idea_id, None)
-            return Attempt(self._proposal(desk, source, changes))
+            return Attempt(self._proposal(desk, source, changes, halfway=params != trial.params))
         return Attempt(None, why_not=f"{ASKS_PER_PROPOSAL} samples in a row were tried already")
 
-    def _proposal(self, desk: Desk, source: str, changes: tuple[Change, ...]) -> Proposal:
+    def _proposal(
+        self, desk: Desk, source: str, changes: tuple[Change, ...], halfway: bool
+    ) -> Proposal:
         comments = constants(desk.source)
         said = [describe(c, comments[c.name].comment) for c in changes[:3]]
         more = f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
@@ -236,6 +238,7 @@ class ModelSearch:
             f"dimensions, fitted to {decided} decided idea{'' if decided == 1 else 's'} of "
             f"{len(desk.findings)} finding{'' if len(desk.findings) == 1 else 's'} "
             f"({self.trials} trials); best value so far {best}"
+            + ("; a half step from the champion towards the point sampled" if halfway else "")
         )
         lead = "; ".join(said) + more
         return Proposal(

@@ -293,10 +293,15 @@ def test_a_half_step_goes_half_the_way_from_the_champion_on_each_scale(
     geometric middle between the champion and the whole step, LAYERS (linear) at the middle,
     rounded to a whole layer."""
     whole, half = {}, {}
+    whys = []
     for steps, out in (((1.0,), whole), ((0.5,), half)):
         monkeypatch.setattr(model_brain, "STEPS", steps)
-        source, _ = propose(ModelSearch(Sampler.TPE, seed=5), desk(RECIPE))
-        out.update({k: c.value for k, c in constants(source).items()})
+        brain = ModelBrain(ModelSearch(Sampler.TPE, seed=5))
+        proposal = asyncio.run(brain.propose(desk(RECIPE), "idea-x", "trace-x")).proposal
+        assert proposal is not None
+        out.update({k: c.value for k, c in constants(proposal.source).items()})
+        whys.append(proposal.why)
+    assert "half step" not in whys[0] and "half step" in whys[1]  # the trace says which it was
     champion = {k: c.value for k, c in constants(RECIPE).items()}
     for name in ("LR", "WD"):
         a, b, h = float(champion[name]), float(whole[name]), float(half[name])
