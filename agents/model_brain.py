@@ -151,6 +151,9 @@ def _toward(
             x = math.exp(math.log(a) + step * (math.log(b) - math.log(a)))
         else:
             x = a + step * (b - a)
+        # between the two ends exactly: exp(log(0.1)) is 0.10000000000000002, past a range that
+        # ends at 0.1, and the study refuses a trial outside its distribution
+        x = min(max(x, min(a, b)), max(a, b))
         out[k] = round(x) if d.kind in (Kind.INT, Kind.POW2) else x
     return out
 
@@ -215,14 +218,15 @@ class ModelSearch:
             if not changes or fingerprint(source) in desk.tried:
                 self._study.tell(trial, state=TrialState.FAIL)
                 continue
-            if params != trial.params:  # the liar holds the point proposed, not the one asked
+            halfway = params != trial.params
+            if halfway:  # the liar holds the point proposed, not the one asked
                 self._study.tell(trial, state=TrialState.FAIL)
                 placeholder = self._add(params, TrialState.RUNNING)
             else:
                 placeholder = trial.number
             self._tracked[idea_id] = _Tracked(placeholder=placeholder)
             self._seen.pop(idea_id, None)
-            return Attempt(self._proposal(desk, source, changes, halfway=params != trial.params))
+            return Attempt(self._proposal(desk, source, changes, halfway))
         return Attempt(None, why_not=f"{ASKS_PER_PROPOSAL} samples in a row were tried already")
 
     def _proposal(

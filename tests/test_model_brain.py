@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import statistics
 from pathlib import Path
 
@@ -329,3 +330,19 @@ def test_the_liar_holds_the_point_that_was_proposed() -> None:
             for d in space.dimensions
         }
         assert held == sent
+
+
+def test_a_half_step_from_a_champion_at_the_edge_of_its_range_stays_inside() -> None:
+    """A champion at the ends of its log ranges (LR at 0.1, WD at 1e-3) and a sample that
+    keeps those values: a half step lands exactly on them, not a rounding error past the end
+    (exp(log(0.1)) is 0.10000000000000002), which the study would refuse as a trial."""
+    edge = RECIPE.replace("LR = 1e-3", "LR = 0.1").replace("WD = 0.1", "WD = 0.001")
+    space = space_of(edge)
+    here = model_brain._as_params(space, space.values_of(constants(edge)))
+    assert here is not None
+    there = dict(here, LAYERS=8)  # the sample moves LAYERS only
+    half = model_brain._toward(space, here, there, 0.5, random.Random(0))
+    assert half["LR"] == 0.1 and half["WD"] == 0.001 and half["LAYERS"] == 6
+    search = ModelSearch(Sampler.TPE, seed=0)
+    search._space_for(desk(edge))
+    search._add(half, TrialState.RUNNING)  # the study takes it
