@@ -109,8 +109,15 @@ TABLES: dict[str, Table] = {
 # ladder keeps them as its baseline instead of running it again (scale_ladder/lineage.py);
 # these two views count them as the champion's, so its level shows on every version. (Stacks
 # by an older release, which ran the baseline again, have no `carried_runs`: nothing is added.)
+# The idea's runs may be on a version older than the parent: an idea the parent's stack left
+# unchanged keeps its runs (lineage.py), so they count wherever their RunSpec ran the new
+# champion's recipe (`recipe_sha`), as well as on the parent (RunSpecs of older releases have
+# no recipe_sha).
 CARRIED_FROM = """
-    FROM champions c JOIN {runs} ON r.idea_id = c.idea_id AND r.champion_version = c.parent_version
+    FROM champions c JOIN {runs} ON r.idea_id = c.idea_id AND (
+        r.champion_version = c.parent_version OR r.champion_version IN (
+            SELECT s.champion_version FROM run_specs s
+            WHERE s.idea_id = c.idea_id AND s.tier = r.tier AND s.recipe_sha = c.recipe_sha))
     WHERE c.kind = 'STACK' AND c.carried_runs > 0
       AND r.tier IN (SELECT DISTINCT tier FROM run_specs WHERE budget_kind = 'tokens')"""
 

@@ -86,3 +86,38 @@ def test_a_stacked_ideas_token_tier_runs_count_as_the_new_champions_baseline(
     ).fetchall()
     assert board == [(0, 2.5, 2)]
     store.close()
+
+
+def test_runs_kept_from_before_the_parent_count_for_the_champion_they_became(
+    tmp_path: Path,
+) -> None:
+    """An idea proposed on v1 that v2's stack left unchanged keeps its v1 runs (the same
+    recipe on the same seeds); stacked as v3, those runs are v3's baseline, so the views show
+    them as v3's though they ran on v1, not on v3's parent (found in a real swarm: ideas ran on
+    v3 at tier 0 and the progress plot had no level for it)."""
+    store = LedgerStore(tmp_path / "l.duckdb")
+    messages: list[Message] = []
+    for seed in (0, 1):
+        run_id = f"run-kept-s{seed}"
+        messages += [
+            RunSpec(run_id, 0, seed, 1, BudgetKind.TOKENS, 100.0, idea_id="kept", recipe_sha="x"),
+            RunResult(run_id, 0, seed, 1, RunStatus.OK, idea_id="kept", metric=2.0 + seed),
+        ]
+    other = RunSpec("run-other", 0, 5, 1, BudgetKind.TOKENS, 100.0, idea_id="other", recipe_sha="o")
+    messages += [
+        other,
+        RunResult("run-other", 0, 5, 1, RunStatus.OK, idea_id="other", metric=1.0),
+        ChampionChange(2, 1, ChangeKind.STACK, "o", idea_id="other", carried_runs=1),
+        ChampionChange(3, 2, ChangeKind.STACK, "x", idea_id="kept", carried_runs=2),
+    ]
+    store.write_batch(messages)
+    rows = store.con.execute(
+        "SELECT champion_version, seed, carried FROM champion_runs ORDER BY ALL"
+    ).fetchall()
+    assert rows == [(2, 5, True), (3, 0, True), (3, 1, True)]
+    board = store.con.execute(
+        "SELECT champion_version, mean_metric, n_runs FROM leaderboard "
+        "WHERE idea_id = '(champion)' ORDER BY ALL"
+    ).fetchall()
+    assert board == [(2, 1.0, 1), (3, 2.5, 2)]
+    store.close()
