@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bus.messages import Decision, RunResult, RunSpec, RunStatus, Verdict, event_key
+from bus.messages import ChangeKind, Decision, RunResult, RunSpec, RunStatus, Verdict, event_key
 from scale_ladder.idea_state import Phase
 from scale_ladder.rules import SEED_IGNORED, seed_ignored, seed_ignored_reason
 
@@ -128,12 +128,19 @@ def act(ladder: Ladder) -> None:
     """The champion on every seed any idea needs at each tier. Tier 0 starts as soon as the
     champion changes; a higher tier when the first idea reaches it on this champion (its
     baseline then runs alongside that idea's runs), so a new champion does not hold every
-    trainer on top-tier baselines before any idea can use them. A failed baseline run is
-    tried again, up to BASELINE_ATTEMPTS times per seed. A held tier's baseline is run on
-    the tier's `max_seeds` seeds, then the hold is published (see the module's docstring)."""
+    trainer on top-tier baselines before any idea can use them. The first champion is the
+    exception (`starts_everywhere`). A failed baseline run is tried again, up to
+    BASELINE_ATTEMPTS times per seed. A held tier's baseline is run on the tier's `max_seeds`
+    seeds, then the hold is published (see the module's docstring)."""
     version, own = ladder.current, ladder.baselines
+    everywhere = starts_everywhere(ladder, version)
     for tier in ladder.tiers:
         needed = set(own.needed.get((version, tier.index), ()))
+        if everywhere:
+            needed |= {ladder.seed(tier.index, i) for i in range(tier.seeds)}
+            # the next tier once this one's baseline is seen to follow its seed: a command
+            # that ignores its seed holds this tier, and would only waste probes up there
+            everywhere = len(set(metrics(ladder, version, tier.index).values())) > 1
         if tier.index == 0 or needed:
             needed.add(ladder.seed(tier.index, 0))
             if seed_ignored(metrics(ladder, version, tier.index)):
@@ -148,6 +155,20 @@ def act(ladder: Ladder) -> None:
             if tries > own.finished[(version, tier.index, seed)]:
                 continue  # an attempt is still running
             ladder.emit(ladder.spec("", version, tier.index, seed, "", attempt=tries))
+
+
+def starts_everywhere(ladder: Ladder, version: int) -> bool:
+    """The swarm's first champion is run at every tier without waiting for an idea to get
+    there, on the seeds an idea needs before its first verdict, a tier once the one below it
+    has two seeds with different metrics. Every later champion is a stacked idea, whose own runs
+    are its baseline at every tier it passed (lineage.py); the first has none, and the first
+    idea to reach a tier would wait for the champion's runs as well as its own. At the top of
+    the shipped ladder (one run at a time, 120-150 s each on 2 cores) that was four runs in a
+    row, ten minutes: in the real bytelm benchmark's 15 minutes no idea was decided there. The
+    runs are not wasted: the first idea at a tier needs them, and they are every tier's
+    starting level in the report."""
+    change = ladder.lineage.champions.get(version)
+    return change is not None and change.kind is ChangeKind.INITIAL
 
 
 def hold(ladder: Ladder, version: int, tier: int) -> None:

@@ -26,10 +26,23 @@ def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
     sim.step()
     (initial,) = champions(sim)
     assert initial.version == 1 and initial.kind == ChangeKind.INITIAL and initial.source
-    specs = [m for m in sim.log if isinstance(m, RunSpec)]
-    # Tier 0's first seed at once (more when ideas need them); tier 1 waits for the first idea.
-    assert {(s.tier, s.seed) for s in specs} == {(0, sim.ladder.seed(0, 0))}
-    assert all(s.idea_id == "" and s.champion_version == 1 for s in specs)
+    tiers = sim.ladder.tiers
+
+    def baselines() -> set[tuple[int, int]]:
+        specs = [m for m in sim.log if isinstance(m, RunSpec)]
+        assert all(s.idea_id == "" and s.champion_version == 1 for s in specs)
+        assert len(specs) == len({(s.tier, s.seed) for s in specs})  # each seed asked once
+        return {(s.tier, s.seed) for s in specs}
+
+    def on(tier: int) -> set[tuple[int, int]]:  # the seeds an idea needs for its first verdict
+        return {(tier, sim.ladder.seed(tier, i)) for i in range(tiers[tier].seeds)}
+
+    # Tier 0 at once, on the seeds an idea needs there before its first verdict; each tier
+    # above once the one below has followed its seed, with no idea anywhere yet: the first idea
+    # to reach a tier waits only for its own runs.
+    assert baselines() == on(0)
+    sim.run_all()
+    assert baselines() == set().union(*(on(t.index) for t in tiers)) and len(tiers) > 1
 
 
 def test_a_real_win_climbs_every_tier_and_is_stacked(tmp_path: Path) -> None:

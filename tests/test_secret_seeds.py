@@ -201,9 +201,11 @@ async def test_a_ladder_keeps_its_workspaces_seeds_across_restarts_and_its_secre
 
         return check
 
-    await ladder_until(config, workspace, asked(1))  # the champion's first baseline
-    ((who, tier, seed),) = await run_specs(nc)
-    assert (who, tier) == ("", 0) and seed == tier_seed(0, 0, workspace.seed_secret())
+    await ladder_until(config, workspace, asked(2))  # the champion's baseline at tier 0
+    baselines = await run_specs(nc)
+    key = workspace.seed_secret()
+    assert sorted(baselines) == sorted(("", 0, tier_seed(0, i, key)) for i in range(2))
+    seed = tier_seed(0, 0, key)
     secret_file = workspace.seed_secret_file
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
 
@@ -213,8 +215,8 @@ async def test_a_ladder_keeps_its_workspaces_seeds_across_restarts_and_its_secre
     patch = make_patch(source, source.replace("BATCH_SIZE = 16", "BATCH_SIZE = 32"), "recipe.py")
     idea = Idea("idea-after-restart", "tester", "larger batches", patch, 1)
     await publish_event(nc.jetstream(), idea)
-    await ladder_until(config, workspace, asked(2))
-    assert await run_specs(nc) == [("", 0, seed), (idea.idea_id, 0, seed)]
+    await ladder_until(config, workspace, asked(3))
+    assert await run_specs(nc) == [*baselines, (idea.idea_id, 0, seed)]
 
     # Another workspace: another secret, other seeds.
     other = make_swarm_ladder(config, Workspace(tmp_path / "other").seed_secret())

@@ -192,7 +192,9 @@ def test_a_command_that_ignores_its_seed_holds_the_tier_and_promotes_nothing(
     assert "pass SWARM_SEED / {seed} to the training command" in held.rule
     details = json.loads(held.details)
     assert details["seeds"] == probes and len(set(details["baseline"])) == 1
-    assert details["waiting"] == ["idea-0", "idea-1", "idea-2"]
+    # Found before any idea came: the first champion runs its tier-0 baseline on two seeds at
+    # once, so the user hears of it before anything is proposed, and the ideas wait.
+    assert details["waiting"] == []
     # The tier's max_seeds baseline seeds were run to be sure (a coarse metric can repeat).
     assert baseline_seeds(sim, 0) == probes and baseline_seeds(sim, 1) == []
     for i in range(3):  # undecided, with their runs, waiting: not even the loser is rejected
@@ -266,11 +268,15 @@ def test_a_hold_lifts_when_another_baseline_seed_gives_another_metric(tmp_path: 
         return result(spec, metric(source, FIXED_SEED if spec.seed in first_two else spec.seed))
 
     sim = Sim(ladder, coarse)
-    sim.step()
-    sim.run_all()
-    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     probes = {ladder.seed(0, 2), ladder.seed(0, 3)}
-    sim.run_all(hold=lambda s: not s.idea_id and s.tier == 0 and s.seed in probes)
+
+    def probe(spec: RunSpec) -> bool:
+        return not spec.idea_id and spec.tier == 0 and spec.seed in probes
+
+    sim.step()
+    sim.run_all(hold=probe)
+    sim.propose("idea-good", "LR = 1.0->LR = 2.0")
+    sim.run_all(hold=probe)
     assert {s.seed for s in sim.queue} == probes  # asked for, not yet run
     assert all(d.verdict is Verdict.RETEST for d in decisions(sim, "idea-good", True))
     assert sim.ladder.ideas["idea-good"].phase is Phase.TESTING and holds(sim) == []
@@ -295,7 +301,9 @@ def test_a_published_hold_lifts_when_a_later_baseline_seed_differs(tmp_path: Pat
         last = decisions(sim, f"idea-{i}")[-1]
         assert last.verdict is Verdict.REJECT and ladder.ideas[f"idea-{i}"].phase is Phase.DONE
         assert "σ_d ≈ 0" in last.rule or "below the minimum" in last.rule
-    assert len(holds(sim)) == 1 and len(champions(sim)) == 1
+    # Tier 0 now follows its seed, so the first champion's baseline starts at tier 1, where
+    # the command ignores its seed too: that tier is held in its turn.
+    assert [h.tier for h in holds(sim)] == [0, 1] and len(champions(sim)) == 1
     assert_replays(sim, tmp_path)
 
 
