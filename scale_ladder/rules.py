@@ -53,6 +53,9 @@ The gate itself is unchanged, so seeds go where the verdict is open and obvious 
 run. Without a pooled σ_d an idea's own σ from two or three pairs is no noise estimate, so it
 needs the tier's `seeds` first and is judged on the larger of its own σ and the prior (the
 ladder asks for them one at a time: by the time the first is in, the tier may have its σ_d).
+At the top tier (`PromotionRule.top`), whose PROMOTE makes a champion that no tier re-tests, the
+own σ is also widened to Student's t for its few pairs (`_top_sigma`); below the top, the next
+tier's fresh seeds are the check, and the normal gate stays.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from bus.fast_pickle import by_fields
 from bus.messages import Verdict
@@ -110,6 +114,11 @@ class PromotionRule:
     # red team stacked such ideas through screening tiers on one top seed). With a noise gate at
     # every tier the gates below already stop them, and these asks cost regret in bench.search.
     stacks: bool = False
+    # The top tier's (tiers.py sets it): its PROMOTE makes a champion, and no tier re-tests
+    # it. Judged on a σ_d from its own few pairs (no pooled one yet), its gate is Student's
+    # t at the level `sigmas` gives under the normal (few_pairs_sigmas): a σ from two pairs
+    # has one degree of freedom, and the normal gate trusted it as if exact.
+    top: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +224,36 @@ def seed_ignored_reason(seeds: Sequence[int], metric: float, tier: int | None = 
     )
 
 
+def few_pairs_sigmas(sigmas: float, dof: int) -> float:
+    """The gate, in σ, that a σ estimated with `dof` degrees of freedom needs for the one-sided
+    level `sigmas` gives with a known σ: Student's t quantile at Φ(sigmas). 2σ is 13.97 at one
+    dof (two pairs), 4.53 at two, 3.31 at three, 2.28 at ten."""
+    from scipy.stats import t as student  # scipy is here for Optuna's GPSampler anyway
+
+    level = NormalDist().cdf(sigmas)
+    return float(student.ppf(level, dof))
+
+
+def _top_sigma(
+    sigmas: float, gains: Sequence[float], sigma: float, source: str
+) -> tuple[float, str]:
+    """The top tier's σ_d without a pooled one: the idea's own σ from its few pairs, widened so
+    that the gate at `sigmas` is Student's t's (few_pairs_sigmas), when that is above the σ
+    chosen so far (the prior, an unpaired spread and so already wide, is kept as it is). The
+    top's PROMOTE makes a champion and no tier re-tests it; the tiers below are re-tested on
+    fresh seeds and keep the normal gate. The real bytelm benchmark showed why
+    (docs/benchmarks.md): an idea's two top-tier pairs, 0.060 and 0.071 better than the
+    champion (own σ_d 0.008, prior 0.011), cleared the normal gate of 0.016 and were stacked; on
+    two fresh seeds the stack was 0.10 worse than the champion it replaced. Here its gate is
+    0.075, and it needs a third seed."""
+    n = len(gains)
+    own = statistics.stdev(gains)
+    wide = own * few_pairs_sigmas(sigmas, n - 1) / sigmas
+    if wide <= sigma:
+        return sigma, source
+    return wide, f"own {own:.4g} from {n} pairs, widened by Student's t; was {source}"
+
+
 def least_seeds(rule: PromotionRule, pooled: float | None) -> int:
     """Paired seeds an idea needs before a verdict: one when racing (a pooled σ_d exists),
     else the tier's `seeds`."""
@@ -253,6 +292,8 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return _more(rule, n + 1, n, delta, None, f"no noise estimate yet{source}")
     baseline_mean = statistics.fmean(evidence.baseline[s] for s in paired)
     needed = rule.min_improvement * abs(baseline_mean)
+    if rule.top and source != "pooled" and n >= 2 and rule.sigmas > 0:
+        sigma, source = _top_sigma(rule.sigmas, gains, sigma, source)
     gate = rule.sigmas * sigma / math.sqrt(n)
     numbers = (
         f"gain {delta:.4g} (n={n}), noise gate {rule.sigmas:g}σ/√n = {gate:.4g} "

@@ -171,6 +171,7 @@ def ladder_from(data: dict[str, Any], path: str, target: str = "bytelm") -> Ladd
         )
     top = built[-1]
     if not top.rule.deterministic:
+        top = built[-1] = replace(top, rule=replace(top.rule, top=True))
         if top.rule.sigmas < 1:
             raise LadderConfigError(
                 f"{path}: tier[{top.index}].sigmas must be at least 1, got {top.rule.sigmas}: "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bus.messages import Verdict
 from scale_ladder.rules import Evidence, PromotionRule, decide, least_seeds, pooled_sigma
+from scale_ladder.tiers import load_tiers
 
 RULE = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6)
 BASE = {0: 3.00, 1: 3.02, 2: 2.98, 3: 3.01, 4: 2.99, 5: 3.00}
@@ -181,3 +184,32 @@ def test_top_fraction_is_respected(peers: list[float], gain: float) -> None:
     if outcome.verdict == Verdict.PROMOTE:
         better = sum(1 for p in peers if p > outcome.delta)  # type: ignore[operator]
         assert better + 1 <= max(1, int(0.25 * (len(peers) + 1)))
+
+
+LADDER_FILE = Path(__file__).resolve().parents[1] / "configs" / "ladder.toml"
+# An idea's two top-tier pairs from the real bytelm benchmark (2026-11-28): 0.060 and 0.071
+# better than the champion on the ladder's seeds, 0.10 worse on two fresh ones once stacked.
+LUCKY_TOP = Evidence({0: 3.1868, 1: 3.1870}, {0: 3.2467, 1: 3.2577})
+
+
+def test_the_top_tier_asks_another_seed_before_stacking_on_the_sigma_of_two_pairs() -> None:
+    below = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6)
+    top = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6, top=True)
+    # Below the top the normal gate stands: the next tier re-tests on fresh seeds.
+    assert decide(below, LUCKY_TOP).verdict is Verdict.PROMOTE
+    # At the top the idea's own σ from 2 pairs is widened by Student's t (1 dof): no stack yet.
+    asked = decide(top, LUCKY_TOP)
+    assert asked.verdict is Verdict.RETEST and asked.seeds_wanted >= 3
+    assert "widened by Student's t" in asked.rule and asked.sigma is not None
+    assert asked.delta is not None and asked.delta < 2.0 * asked.sigma / 2**0.5
+    # A third pair like the first two clears it: the widening shrinks as pairs come in.
+    third = Evidence({**LUCKY_TOP.idea, 2: 3.1880}, {**LUCKY_TOP.baseline, 2: 3.2531})
+    assert decide(top, third).verdict is Verdict.PROMOTE
+    # With a pooled σ_d (other ideas' pairs at the tier) the gate is the normal one.
+    pooled = Evidence(LUCKY_TOP.idea, LUCKY_TOP.baseline, pooled_sigma=0.02)
+    assert decide(top, pooled).verdict is Verdict.PROMOTE
+
+
+def test_only_the_top_tier_of_a_ladder_file_widens_its_gate() -> None:
+    tiers = load_tiers(LADDER_FILE)
+    assert [t.rule.top for t in tiers] == [False] * (len(tiers) - 1) + [True]
