@@ -139,8 +139,10 @@ def act(ladder: Ladder) -> None:
         if everywhere:
             needed |= {ladder.seed(tier.index, i) for i in range(tier.seeds)}
             # the next tier once this one's baseline is seen to follow its seed: a command
-            # that ignores its seed holds this tier, and would only waste probes up there
-            everywhere = len(set(metrics(ladder, version, tier.index).values())) > 1
+            # that ignores its seed holds this tier (also when float jitter tells its metrics
+            # apart: seed_ignored), and would only waste probes up there
+            found = metrics(ladder, version, tier.index)
+            everywhere = len(set(found.values())) > 1 and not seed_ignored(found)
         if tier.index == 0 or needed:
             needed.add(ladder.seed(tier.index, 0))
             if seed_ignored(metrics(ladder, version, tier.index)):

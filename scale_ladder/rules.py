@@ -65,7 +65,6 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from bus.fast_pickle import by_fields
 from bus.messages import Verdict
@@ -230,8 +229,13 @@ def few_pairs_sigmas(sigmas: float, dof: int) -> float:
     dof (two pairs), 4.53 at two, 3.31 at three, 2.28 at ten."""
     from scipy.stats import t as student  # scipy is here for Optuna's GPSampler anyway
 
-    level = NormalDist().cdf(sigmas)
-    return float(student.ppf(level, dof))
+    # the upper tail itself: Φ(sigmas) rounds to 1.0 from about 8.3σ, and its quantile is inf
+    # (a direct entry's gate over three 5σ tiers is 9.2σ); held above float's underflow
+    tail = max(0.5 * math.erfc(sigmas / math.sqrt(2)), 1e-300)
+    wide = float(student.isf(tail, dof))
+    # t's tail is heavier than the normal's, so a quantile below `sigmas` (or not a number:
+    # scipy returns -inf far out in the tail) is a numerical failure: no gate is passed then
+    return wide if math.isfinite(wide) and wide >= sigmas else math.inf
 
 
 def _top_sigma(
@@ -292,7 +296,7 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return _more(rule, n + 1, n, delta, None, f"no noise estimate yet{source}")
     baseline_mean = statistics.fmean(evidence.baseline[s] for s in paired)
     needed = rule.min_improvement * abs(baseline_mean)
-    if rule.top and source != "pooled" and n >= 2 and rule.sigmas > 0:
+    if rule.top and pooled is None and n >= 2 and rule.sigmas > 0:
         sigma, source = _top_sigma(rule.sigmas, gains, sigma, source)
     gate = rule.sigmas * sigma / math.sqrt(n)
     numbers = (
@@ -304,7 +308,9 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
             f"gain {delta:.4g} (n={n}), minimum {needed:.4g}; a screening tier: no noise gate, "
             f"the next tier re-tests on fresh seeds (σ_d {sigma:.4g}, {source})"
         )
-    if not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
+    if math.isinf(sigma):  # few_pairs_sigmas past float's range: a gate nothing passes
+        numbers += f"; {rule.sigmas:g}σ on {n} pairs is past what Student's t can be computed for"
+    elif not measured(sigma, scale):  # a gate of 0 is passed by anything: it is never passed
         numbers += f"; σ_d ≈ 0 ({EQUAL_GAINS}): no noise estimate"
     elif delta - gate > 0 and delta >= needed:
         if (rule.confirm_wins or rule.stacks) and n < 2 <= rule.max_seeds:  # one seed: see above
@@ -397,7 +403,8 @@ def _seeds_to_clear(rule: PromotionRule, sigma: float, delta: float, needed: flo
     margin = max(delta, needed)
     if margin <= 0:
         return rule.max_seeds
-    return math.ceil((rule.sigmas * sigma / margin) ** 2)
+    ratio = rule.sigmas * sigma / margin  # huge where the top's σ is widened: no overflow
+    return math.ceil(ratio * ratio) if ratio < math.sqrt(rule.max_seeds) else rule.max_seeds
 
 
 def _more(

@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bus.messages import Verdict
-from scale_ladder.rules import Evidence, PromotionRule, decide, least_seeds, pooled_sigma
+from scale_ladder.rules import (
+    Evidence,
+    PromotionRule,
+    decide,
+    few_pairs_sigmas,
+    least_seeds,
+    pooled_sigma,
+)
 from scale_ladder.tiers import load_tiers
 
 RULE = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6)
@@ -213,3 +220,21 @@ def test_the_top_tier_asks_another_seed_before_stacking_on_the_sigma_of_two_pair
 def test_only_the_top_tier_of_a_ladder_file_widens_its_gate() -> None:
     tiers = load_tiers(LADDER_FILE)
     assert [t.rule.top for t in tiers] == [False] * (len(tiers) - 1) + [True]
+
+
+def test_the_top_tier_widens_only_without_a_pooled_sigma_and_never_to_a_crash() -> None:
+    # A top above a screening tier (stacks) judges on its own σ when that is above the pooled
+    # one; with a pooled σ_d there is no widening, as the README says.
+    stacks = PromotionRule(sigmas=2.0, seeds=2, max_seeds=6, stacks=True, top=True)
+    own_above = Evidence({0: 2.95, 1: 2.9502}, {0: 3.0, 1: 3.0144}, pooled_sigma=0.01)
+    verdict = decide(stacks, own_above)
+    assert verdict.verdict is Verdict.PROMOTE and "widened" not in verdict.rule
+    # A gate of 9.2σ (a direct entry's over three 5σ tiers) stays finite and above 9.2σ, where
+    # Φ(9.2) rounds to 1.0; past what Student's t can be computed for, nothing passes, and the
+    # verdict says so instead of raising.
+    assert 9.17 < few_pairs_sigmas(9.17, 5) < float("inf")
+    absurd = PromotionRule(sigmas=35.0, seeds=2, max_seeds=4, top=True)
+    wins = Evidence({i: 2.0 + 0.002 * i for i in range(4)}, {i: 3.0 + 0.01 * i for i in range(4)})
+    assert decide(absurd, Evidence(LUCKY_TOP.idea, LUCKY_TOP.baseline)).verdict is Verdict.RETEST
+    rejected = decide(absurd, wins)
+    assert rejected.verdict is Verdict.REJECT and "past what Student's t" in rejected.rule

@@ -206,6 +206,23 @@ def test_a_command_that_ignores_its_seed_holds_the_tier_and_promotes_nothing(
     assert_replays(sim, tmp_path)
 
 
+def test_a_seed_blind_command_with_float_jitter_starts_no_tier_above_the_held_one(
+    tmp_path: Path,
+) -> None:
+    """The first champion starts each tier once the one below follows its seed; metrics apart
+    only by float jitter (a fixed seed on a nondeterministic device) do not count as following
+    it (red team: every tier was probed to max_seeds, six runs at the top)."""
+
+    def jittery(spec: RunSpec, source: str) -> RunResult:
+        return result(spec, metric(source, FIXED_SEED) + 1e-9 * (spec.seed % 7))
+
+    sim = Sim(make_ladder(tmp_path), jittery)
+    sim.step()
+    sim.run_all()
+    assert [h.tier for h in holds(sim)] == [0]
+    assert baseline_seeds(sim, 0) == seeds(sim, 0, 4) and baseline_seeds(sim, 1) == []
+
+
 def test_the_same_in_a_higher_tier_is_said_for_that_tier(tmp_path: Path) -> None:
     def blind_at_one(spec: RunSpec, source: str) -> RunResult:
         return result(spec, metric(source, FIXED_SEED if spec.tier == 1 else spec.seed))
