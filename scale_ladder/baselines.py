@@ -135,17 +135,18 @@ def act(ladder: Ladder) -> None:
     version, own = ladder.current, ladder.baselines
     everywhere = starts_everywhere(ladder, version)
     for tier in ladder.tiers:
+        found = metrics(ladder, version, tier.index)
+        ignored = seed_ignored(found)
         needed = set(own.needed.get((version, tier.index), ()))
         if everywhere:
             needed |= {ladder.seed(tier.index, i) for i in range(tier.seeds)}
             # the next tier once this one's baseline is seen to follow its seed: a command
             # that ignores its seed holds this tier (also when float jitter tells its metrics
             # apart: seed_ignored), and would only waste probes up there
-            found = metrics(ladder, version, tier.index)
-            everywhere = len(set(found.values())) > 1 and not seed_ignored(found)
+            everywhere = len(found) > 1 and not ignored
         if tier.index == 0 or needed:
             needed.add(ladder.seed(tier.index, 0))
-            if seed_ignored(metrics(ladder, version, tier.index)):
+            if ignored:
                 probes = {ladder.seed(tier.index, i) for i in range(tier.rule.max_seeds)}
                 if all(settled(ladder, version, tier.index, s) for s in probes):
                     hold(ladder, version, tier.index)
