@@ -35,7 +35,10 @@ from training.corpus_modules import corpus_module
 # is often found only through it) and its cache.
 LOADER_FOLDERS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 LOADER_CACHE = Path("/etc/ld.so.cache")
-# Files and folders besides Python and libraries; none holds Python sources.
+# Files and folders besides Python and libraries; none holds Python sources. Not /proc/stat:
+# its `processes` line counts every thread the machine starts, a channel between evaluation
+# processes (a red team's, docs/reliability.md). Nothing a run needs reads it; glibc counts
+# CPUs from /sys/devices/system/cpu (tests/test_proc_stat.py).
 SYSTEM_PATHS = (
     "/etc/ld.so.cache",
     "/etc/localtime",
@@ -43,7 +46,6 @@ SYSTEM_PATHS = (
     "/proc/self",
     "/proc/cpuinfo",
     "/proc/meminfo",
-    "/proc/stat",
     "/sys/devices/system/cpu",
     "/dev/urandom",
 )
