@@ -1,7 +1,7 @@
 """The champion's baseline at each tier: the runs every idea there is paired with, the data they
 were all trained on, and a tier held because its baseline ignores the seed.
 
-A tier whose baseline has the same metric on every seed (two or more: rules.seed_ignored) is
+A tier whose baseline has the same metric on every seed (two or more: seed_honesty.seed_ignored) is
 held: its ideas get no verdict and wait, TESTING, with their runs. The baseline there is run on
 the tier's `max_seeds` seeds (one equal pair can be a coarsely printed metric), and once they
 are in, still equal, one Decision says so: HELD, idea "" (the champion's, as for baseline
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from bus.messages import ChangeKind, Decision, RunResult, RunSpec, RunStatus, Verdict, event_key
 from scale_ladder.idea_state import Phase
-from scale_ladder.rules import SEED_IGNORED, seed_ignored, seed_ignored_reason
+from scale_ladder.seed_honesty import SEED_IGNORED, seed_ignored, seed_ignored_reason
 
 if TYPE_CHECKING:
     from scale_ladder.ladder import Ladder

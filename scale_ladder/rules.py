@@ -19,15 +19,9 @@ An idea whose gain is clearly below the minimum is rejected; an inconclusive one
 (RETEST) up to `max_seeds`, then is rejected. Every outcome carries the numbers and the rule that
 fired. See ../shared/LADDER-NOTES.md for why.
 
-Seed honesty. A zero spread is no noise estimate: a σ_d of 0, missing, NaN, or at the level of
-floating-point rounding of the metrics (`measured`) never passes the noise gate, so a gain on
-paired differences that are equal on every seed is inconclusive (RETEST up to `max_seeds`, then
-rejected), though one below the minimum is still rejected at once (a change that does nothing,
-on a trainer that is deterministic per seed, pairs to exactly 0). And a champion whose metric is
-exactly equal on two or more seeds at a tier (`seed_ignored`) ignores its seed: every paired
-comparison there is one number repeated, so `decide` answers HELD (`SEED_IGNORED`) instead of a
-verdict, whatever the idea's runs say; the ladder holds the tier until a seed gives a different
-metric. An idea whose own metrics are equal across seeds while the baseline's vary is rejected.
+Seed honesty (seed_honesty.py): a σ_d of 0 or at the rounding of the metrics never passes the
+noise gate, and a tier whose champion ignores its seed is HELD, not decided. An idea whose own
+metrics are equal across seeds while the baseline's vary is rejected.
 
 A tier below the top may be a screening tier (`sigmas = 0`, opt-in): it promotes on the minimum
 improvement and the rank gate alone, a one-seed win at the first tier confirmed on a second, and
@@ -52,10 +46,12 @@ as soon as even a one-σ optimistic view of its gain falls short of what it woul
 The gate itself is unchanged, so seeds go where the verdict is open and obvious losers cost one
 run. Without a pooled σ_d an idea's own σ from two or three pairs is no noise estimate, so it
 needs the tier's `seeds` first and is judged on the larger of its own σ and the prior (the
-ladder asks for them one at a time: by the time the first is in, the tier may have its σ_d).
+ladder asks for them one at a time: by the time the first is in, the tier may have its σ_d);
+at the top tier, one that is behind on that σ is rejected as racing would (`_behind`).
 At the top tier (`PromotionRule.top`), whose PROMOTE makes a champion that no tier re-tests, the
 own σ is also widened to Student's t for its few pairs (`_top_sigma`); below the top, the next
-tier's fresh seeds are the check, and the normal gate stays.
+tier's fresh seeds are the check, and the normal gate stays. The widening guards PROMOTE only:
+an idea behind the champion is behind on the σ before it.
 """
 
 from __future__ import annotations
@@ -68,17 +64,9 @@ from dataclasses import dataclass
 
 from bus.fast_pickle import by_fields
 from bus.messages import Verdict
+from scale_ladder.seed_honesty import EQUAL_GAINS, measured, seed_ignored, seed_ignored_reason
 
 MIN_PAIRS_FOR_POOLED_SIGMA = 6
-# A σ_d (or a spread across seeds) this small next to the metrics is rounding or float jitter
-# (float32 sums, GPU kernels: ~1e-7 relative), not seed noise, which in training is orders of
-# magnitude larger; a change that shifts the reported metric by a constant pairs to the same
-# gain on every seed, up to such jitter (found by a red team at 1e-9 and 1e-7).
-ROUNDING = 1e-6
-SEED_IGNORED = "seed_ignored"  # the rule of a tier held because its baseline ignores the seed
-# In the rule of a verdict whose paired gains were equal on every seed (the exit summary finds
-# such ideas by it)
-EQUAL_GAINS = "the paired gains are equal on every seed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,34 +183,6 @@ def pooled_sigma(groups: Sequence[Sequence[float]], scale: float = 0.0) -> float
     return noise(groups, scale).sigma
 
 
-def measured(sigma: float | None, scale: float = 0.0) -> bool:
-    """Whether σ_d is a noise estimate a gate may use: finite and above the rounding of metrics
-    of size `scale`. A σ_d of 0 would make the gate 0, passed by any gain at all."""
-    return sigma is not None and math.isfinite(sigma) and sigma > ROUNDING * abs(scale)
-
-
-def seed_ignored(metrics: Mapping[int, float]) -> list[int]:
-    """The seeds, sorted, when the metrics on two or more seeds are all equal up to ROUNDING:
-    a run that ignores its seed. Otherwise []."""
-    values = list(metrics.values())
-    if len(values) < 2:
-        return []
-    spread, scale = max(values) - min(values), max(abs(v) for v in values)
-    return sorted(metrics) if spread <= ROUNDING * scale else []
-
-
-def seed_ignored_reason(seeds: Sequence[int], metric: float, tier: int | None = None) -> str:
-    """What a tier held for `seed_ignored` tells the user (the rule of its Decision)."""
-    at = "" if tier is None else f" at tier {tier}"
-    return (
-        f"{SEED_IGNORED}: the champion's metric is identical ({metric!r}) on seeds "
-        f"{list(seeds)}{at}: the run ignores its seed; pass SWARM_SEED / {{seed}} to the "
-        "training command (and start afresh: the runs so far all used one seed). Ideas at this "
-        "tier wait undecided until a seed gives another metric. If the metric does not depend "
-        "on the seed by design, declare the tier `deterministic = true` in the ladder file."
-    )
-
-
 def few_pairs_sigmas(sigmas: float, dof: int) -> float:
     """The gate, in σ, that a σ estimated with `dof` degrees of freedom needs for the one-sided
     level `sigmas` gives with a known σ: Student's t quantile at Φ(sigmas). 2σ is 13.97 at one
@@ -296,6 +256,7 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return _more(rule, n + 1, n, delta, None, f"no noise estimate yet{source}")
     baseline_mean = statistics.fmean(evidence.baseline[s] for s in paired)
     needed = rule.min_improvement * abs(baseline_mean)
+    plain = sigma  # before the top's widening, which guards PROMOTE and not REJECT (below)
     if rule.top and pooled is None and n >= 2 and rule.sigmas > 0:
         sigma, source = _top_sigma(rule.sigmas, gains, sigma, source)
     gate = rule.sigmas * sigma / math.sqrt(n)
@@ -323,13 +284,15 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
         return Outcome(
             Verdict.REJECT, f"inconclusive at {n} seeds (max): {numbers}", delta, sigma, n
         )
+    # Before a pooled σ_d, only the top tier rejects an idea for being behind: runs cost most
+    # there, and few ideas reach it, so its σ_d may not come within a run at all (on bytelm's
+    # 15 minutes it never did); below, ideas behind cost cheap runs, the tier soon has its σ_d
+    # and races, and rejecting them early lost good ones at high noise (bench.search.savings).
+    behind = _behind(rule, delta, plain, n, needed) if racing or rule.top else ""
+    if behind and measured(plain, scale):
+        how = "racing" if racing else "before a pooled σ_d, on σ_d " + f"{plain:.4g}"
+        return Outcome(Verdict.REJECT, f"{behind} ({how}): {numbers}", delta, sigma, n)
     if racing:
-        # What it would need at max_seeds, against a one-σ optimistic view of its gain now.
-        target = max(needed, rule.sigmas * sigma / math.sqrt(rule.max_seeds))
-        hope = delta + sigma / math.sqrt(n)
-        if hope < target:
-            why = f"behind: gain + σ/√n = {hope:.4g} < {target:.4g} needed at {rule.max_seeds}"
-            return Outcome(Verdict.REJECT, f"{why} seeds (racing): {numbers}", delta, sigma, n)
         wanted = min(rule.max_seeds, 2 * n)
         return _more(rule, wanted, n, delta, sigma, f"racing, still open: {numbers}")
     wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, sigma, delta, needed)))
@@ -396,6 +359,20 @@ def _rank_gate(
     if rank <= allowed:
         return Outcome(Verdict.PROMOTE, f"clears the gates: {numbers}; {where}", delta, sigma, n)
     return Outcome(Verdict.REJECT, f"below the rank gate: {numbers}; {where}", delta, sigma, n)
+
+
+def _behind(rule: PromotionRule, delta: float, sigma: float, n: int, needed: float) -> str:
+    """Why an open idea could not clear the gate even at `max_seeds` ("" if it could): a one-σ
+    optimistic view of its gain now against what it would need there. With a pooled σ_d this
+    is racing; before one, σ_d is the larger of the idea's own and the prior, never the top's
+    widened one: that widening keeps a lucky idea from being stacked, and judged on it an idea
+    behind the champion was never behind (on bytelm one whose two top pairs were +0.021 and
+    −0.050 asked for all six top seeds, and their baselines, at 80 s a run, one at a time)."""
+    target = max(needed, rule.sigmas * sigma / math.sqrt(rule.max_seeds))
+    hope = delta + sigma / math.sqrt(n)
+    if hope >= target:
+        return ""
+    return f"behind: gain + σ/√n = {hope:.4g} < {target:.4g} needed at {rule.max_seeds} seeds"
 
 
 def _seeds_to_clear(rule: PromotionRule, sigma: float, delta: float, needed: float) -> int:

@@ -7,7 +7,7 @@ import math
 import statistics
 
 from bus.messages import SHOWN_VERDICT_SQL
-from scale_ladder.rules import EQUAL_GAINS
+from scale_ladder.seed_honesty import EQUAL_GAINS
 from swarm.config import SwarmConfig
 from swarm.follow_up import swarm_command
 from swarm.ladder_process import target_info

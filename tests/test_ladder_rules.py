@@ -217,6 +217,24 @@ def test_the_top_tier_asks_another_seed_before_stacking_on_the_sigma_of_two_pair
     assert decide(top, pooled).verdict is Verdict.PROMOTE
 
 
+def test_before_a_pooled_sigma_an_idea_behind_the_champion_is_rejected_on_its_first_pairs() -> None:
+    """The real bytelm benchmark (2026-11-28): a top-tier idea paired to +0.021 and -0.050. Its
+    widened σ made nothing clearly below, so it asked for all six top seeds (and their
+    baselines, 80 s a run, one at a time); on the σ before widening it is behind."""
+    top = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6, top=True)
+    base = LUCKY_TOP.baseline
+    behind = decide(top, Evidence({0: base[0] - 0.021, 1: base[1] + 0.050}, base))
+    assert behind.verdict is Verdict.REJECT and "behind" in behind.rule
+    assert "before a pooled σ_d, on σ_d 0.05" in behind.rule
+    # An idea ahead on both pairs but noisier than LUCKY_TOP is still open: more seeds.
+    ahead = decide(top, Evidence({0: base[0] - 0.060, 1: base[1] - 0.020}, base))
+    assert ahead.verdict is Verdict.RETEST and ahead.seeds_wanted >= 3
+    # Below the top, where runs are cheap and racing soon starts, it gets more seeds instead.
+    below = PromotionRule(min_improvement=0.002, sigmas=2.0, seeds=2, max_seeds=6)
+    kept = decide(below, Evidence({0: base[0] - 0.021, 1: base[1] + 0.050}, base))
+    assert kept.verdict is Verdict.RETEST
+
+
 def test_only_the_top_tier_of_a_ladder_file_widens_its_gate() -> None:
     tiers = load_tiers(LADDER_FILE)
     assert [t.rule.top for t in tiers] == [False] * (len(tiers) - 1) + [True]
@@ -235,6 +253,12 @@ def test_the_top_tier_widens_only_without_a_pooled_sigma_and_never_to_a_crash() 
     assert 9.17 < few_pairs_sigmas(9.17, 5) < float("inf")
     absurd = PromotionRule(sigmas=35.0, seeds=2, max_seeds=4, top=True)
     wins = Evidence({i: 2.0 + 0.002 * i for i in range(4)}, {i: 3.0 + 0.01 * i for i in range(4)})
-    assert decide(absurd, Evidence(LUCKY_TOP.idea, LUCKY_TOP.baseline)).verdict is Verdict.RETEST
+    # LUCKY_TOP's gain cannot reach 35σ at 4 seeds: behind, judged on the σ before widening
+    lucky = decide(absurd, Evidence(LUCKY_TOP.idea, LUCKY_TOP.baseline))
+    assert lucky.verdict is Verdict.REJECT and "behind" in lucky.rule
+    # a gain that could (0.05 → 1.05 better) asks for every seed: its widened σ (~1e263) must
+    # not overflow the seeds it plans for
+    far = Evidence({0: 2.1968, 1: 2.197}, LUCKY_TOP.baseline)
+    assert decide(absurd, far).verdict is Verdict.RETEST and decide(absurd, far).seeds_wanted == 4
     rejected = decide(absurd, wins)
     assert rejected.verdict is Verdict.REJECT and "past what Student's t" in rejected.rule

@@ -23,8 +23,8 @@ from scale_ladder.rules import (
     PromotionRule,
     decide,
     pooled_sigma,
-    seed_ignored,
 )
+from scale_ladder.seed_honesty import seed_ignored
 from tests.ladder_sim import (
     Sim,
     champions,
