@@ -295,7 +295,12 @@ def decide(rule: PromotionRule, evidence: Evidence) -> Outcome:
     if racing:
         wanted = min(rule.max_seeds, 2 * n)
         return _more(rule, wanted, n, delta, sigma, f"racing, still open: {numbers}")
-    wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, sigma, delta, needed)))
+    # Planned on the σ before the top's widening: planned on the widened one, every open idea
+    # there asked for max_seeds at once and was judged again only when all had run (in a
+    # half-hour bytelm swarm one idea's four more top seeds and their baselines took 11
+    # minutes; judged as they came, it was behind at its fifth). The widened gate still decides
+    # whether it is promoted.
+    wanted = min(rule.max_seeds, max(n + 1, _seeds_to_clear(rule, plain, delta, needed)))
     return _more(rule, wanted, n, delta, sigma, f"inconclusive: {numbers}")
 
 
