@@ -53,8 +53,9 @@ def cases(bus_port: int, outside: list[Path], secret: Path) -> list[Case]:
     found.append(Case("bus-connect", tiny_spec(inject(connect)), RunStatus.CRASH, "Permission"))
     secrets = f"""
 import os
-print("ENV", dict(os.environ), open("/proc/self/environ", "rb").read())
-for path in [f"/proc/{{os.getppid()}}/environ", "/proc/1/environ", {str(secret)!r}]:
+print("ENV", dict(os.environ))
+paths = ["/proc/self/environ", f"/proc/{{os.getppid()}}/environ", "/proc/1/environ"]
+for path in [*paths, {str(secret)!r}]:
     try:
         print("LEAKED", open(path, "rb").read())
     except OSError as exc:
@@ -154,7 +155,7 @@ async def test_attacks_through_a_trainer_leave_it_serving_and_the_champion_uncha
         for leak in (API_KEY, nats_server.token, FILE_SECRET, "LEAKED", "ESCAPED"):
             assert leak not in result.log_tail, why
     tails = {case.name: results[case.spec.run_id].log_tail for case in plan}
-    assert tails["secrets"].count("DENIED") == 3
+    assert tails["secrets"].count("DENIED") == 4
     assert tails["write-outside-trainer"].count("DENIED") == len(outside)
 
     assert not any(path.exists() for path in outside)

@@ -35,30 +35,41 @@ from training.corpus_modules import corpus_module
 # is often found only through it) and its cache.
 LOADER_FOLDERS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 LOADER_CACHE = Path("/etc/ld.so.cache")
-# Files and folders besides Python and libraries; none holds Python sources. Not /proc/stat:
-# its `processes` line counts every thread the machine starts, a channel between evaluation
-# processes (a red team's, docs/reliability.md). Nothing a run needs reads it; glibc counts
-# CPUs from /sys/devices/system/cpu (tests/test_proc_stat.py).
+# Files besides Python and libraries; none holds Python sources. Only what a run reads: glibc
+# counts CPUs from the four files under /sys/devices/system/cpu, torch's cpuinfo reads
+# /proc/cpuinfo (traced with strace, 2026-11-28). Whatever other processes can change is a
+# channel between evaluation processes, or between runs on two trainers, so none of it is
+# granted (red teams, docs/reliability.md): /proc/stat (its `processes` line counts every thread
+# the machine starts), /proc/self (its `net` folder is the whole network namespace: every
+# socket's count, path and address; 1,200 bit/s between confined processes through
+# `net/sockstat`), /proc/meminfo, and the CPUs' idle-state counters
+# (tests/test_machine_counters.py).
 SYSTEM_PATHS = (
     "/etc/ld.so.cache",
     "/etc/localtime",
     "/usr/lib/locale",
-    "/proc/self",
     "/proc/cpuinfo",
-    "/proc/meminfo",
-    "/sys/devices/system/cpu",
+    "/sys/devices/system/cpu/online",
+    "/sys/devices/system/cpu/possible",
+    "/sys/devices/system/cpu/present",
+    "/sys/devices/system/cpu/kernel_max",
     "/dev/urandom",
 )
 SITE_FOLDERS = {"site-packages", "dist-packages"}  # granted as site folders or not at all
 SHARED = re.compile(r"\.so(\.[0-9]+)*$")  # a shared library's name: libx.so, libx.so.1.2
 # What CUDA reads besides its libraries and its device files (granted one by one, read-write, in
 # `device_paths`; never all of /dev, which holds the disks): the driver's parameters and the
-# GPUs' PCI topology. None holds Python sources, credentials or a corpus.
+# GPUs' PCI topology. None holds Python sources, credentials or a corpus. /proc/self and
+# /proc/meminfo were granted to every run when CUDA was shown to start in the sandbox (H100 and
+# H200, 2026-11-27); not yet run on a GPU without them, they stay granted on CUDA only, with the
+# channels they open (docs/reliability.md).
 CUDA_READ_PATHS = (
     "/proc/driver/nvidia",
     "/proc/driver/nvidia-uvm",
     "/sys/bus/pci",
     "/sys/devices",
+    "/proc/self",
+    "/proc/meminfo",
 )
 
 

@@ -1,0 +1,80 @@
+"""What other processes change is out of an experiment's reach, and it still counts the CPUs.
+
+Each file here is a channel, shown by red teams (docs/reliability.md): /proc/stat's `processes`
+line counts every thread the machine starts (a process starts N threads, the next reads N);
+/proc/self/net is the whole network namespace (`net/sockstat` counts every socket: 1,200 bit/s
+between two confined processes); /proc/meminfo and the CPUs' idle-state counters move with what
+another process allocates or spins. Nothing a run needs reads them: glibc counts CPUs from
+/sys/devices/system/cpu/{online,possible,present,kernel_max}, which stay granted. Both stages
+are checked in one real sandboxed run through the real trainer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bus.messages import RunStatus
+from tests.training_helpers import CHAMPION, patch_for, run
+from training.corpus import Corpus
+from training.sandbox import landlock_abi
+
+pytestmark = pytest.mark.skipif(landlock_abi() < 1, reason="the grant is Landlock's")
+
+# Run first in train(): whether each file opens, and how many CPUs the process sees.
+COUNTERS = [
+    "/proc/stat",
+    "/proc/self/net/sockstat",
+    "/proc/self/status",
+    "/proc/meminfo",
+    "/sys/devices/system/cpu/cpu0/cpuidle/state0/usage",
+]
+PROBE = f"""    import os
+
+    def probe():
+        found = []
+        for path in {COUNTERS!r}:
+            try:
+                open(path).close()
+                found.append("readable")
+            except OSError as exc:
+                found.append(f"{{type(exc).__name__}} {{exc.errno}}")
+        return f"COUNTERS {{found}} CPUS {{os.cpu_count()}} {{len(os.sched_getaffinity(0))}}"
+
+    print(probe(), flush=True)
+"""
+# The trained model probes again in the evaluation process as it is loaded, and fails there so
+# that what it found is the run's reason (a load error is the one thing of it that is kept).
+PROBES_WHEN_LOADED = """    class Prober(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def __setstate__(self, state):
+            raise ValueError(probe())
+
+        def forward(self, x):
+            return self.model(x)
+
+    return Prober()
+"""
+RECIPE = CHAMPION.replace("def train(ctx):\n", "def train(ctx):\n" + PROBE, 1).replace(
+    "    return model\n", PROBES_WHEN_LOADED, 1
+)
+
+
+def test_neither_stage_reads_what_other_processes_change_and_both_count_the_cpus(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    result = run(corpus, tmp_path, patch_for(RECIPE), seed=7)
+    # EACCES from Landlock for each (ENOENT where this machine has no such file); the CPU
+    # count is the unconfined one, read from what is granted.
+    denied = [
+        "PermissionError 13" if os.path.exists(path) else "FileNotFoundError 2" for path in COUNTERS
+    ]
+    cpus = f"CPUS {os.cpu_count()} {len(os.sched_getaffinity(0))}"
+    expected = f"COUNTERS {denied} {cpus}"
+    assert expected in result.log_tail, result.log_tail[-1500:]  # the training process
+    assert result.status == RunStatus.CRASH, (result.reason, result.log_tail[-1500:])
+    assert result.reason.endswith(f"ValueError: {expected}"), result.reason  # an evaluation one
