@@ -5,8 +5,10 @@ line counts every thread the machine starts (a process starts N threads, the nex
 /proc/self/net is the whole network namespace (`net/sockstat` counts every socket: 1,200 bit/s
 between two confined processes); /proc/meminfo and the CPUs' idle-state counters move with what
 another process allocates or spins. Nothing a run needs reads them: glibc counts CPUs from
-/sys/devices/system/cpu/{online,possible,present,kernel_max}, which stay granted. Both stages
-are checked in one real sandboxed run through the real trainer."""
+/sys/devices/system/cpu/{online,possible,present,kernel_max}, which stay granted. And an
+evaluation process makes no pipe: a new pipe's inode number is the kernel's counter, which the
+next process reads back the same way. Both stages are checked in one real sandboxed run
+through the real trainer."""
 
 from __future__ import annotations
 
@@ -40,7 +42,13 @@ PROBE = f"""    import os
                 found.append("readable")
             except OSError as exc:
                 found.append(f"{{type(exc).__name__}} {{exc.errno}}")
-        return f"COUNTERS {{found}} CPUS {{os.cpu_count()}} {{len(os.sched_getaffinity(0))}}"
+        try:  # a new pipe reads the kernel's inode counter (fstat), and moves it
+            os.close(os.pipe()[0])
+            pipe = "made"
+        except OSError as exc:
+            pipe = f"{{type(exc).__name__}} {{exc.errno}}"
+        cpus = f"CPUS {{os.cpu_count()}} {{len(os.sched_getaffinity(0))}}"
+        return f"COUNTERS {{found}} {{cpus}} PIPE {{pipe}}"
 
     print(probe(), flush=True)
 """
@@ -64,7 +72,7 @@ RECIPE = CHAMPION.replace("def train(ctx):\n", "def train(ctx):\n" + PROBE, 1).r
 )
 
 
-def test_neither_stage_reads_what_other_processes_change_and_both_count_the_cpus(
+def test_no_stage_reads_what_other_processes_change_and_evaluation_makes_no_pipe(
     corpus: Corpus, tmp_path: Path
 ) -> None:
     result = run(corpus, tmp_path, patch_for(RECIPE), seed=7)
@@ -75,6 +83,10 @@ def test_neither_stage_reads_what_other_processes_change_and_both_count_the_cpus
     ]
     cpus = f"CPUS {os.cpu_count()} {len(os.sched_getaffinity(0))}"
     expected = f"COUNTERS {denied} {cpus}"
-    assert expected in result.log_tail, result.log_tail[-1500:]  # the training process
+    # training makes pipes (torch may); an evaluation process, which talks only over the pipes
+    # it was given, may not (EPERM from seccomp)
+    in_training = f"{expected} PIPE made"
+    assert in_training in result.log_tail, result.log_tail[-1500:]
     assert result.status == RunStatus.CRASH, (result.reason, result.log_tail[-1500:])
-    assert result.reason.endswith(f"ValueError: {expected}"), result.reason  # an evaluation one
+    in_evaluation = f"ValueError: {expected} PIPE PermissionError 1"
+    assert result.reason.endswith(in_evaluation), result.reason

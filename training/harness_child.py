@@ -75,7 +75,9 @@ def _confine(config: dict[str, Any], write: list[Path]) -> None:
     write = [*write, *device_write]
     applied = [sandbox.restrict_filesystem(read, write, reads_all=False)]
     gpu = config["device"].startswith("cuda")
-    applied.append(sandbox.restrict_syscalls(sandbox.GPU_EXPERIMENT if gpu else sandbox.EXPERIMENT))
+    evaluating = config.get("stage") == "evaluate"
+    cpu_rules = sandbox.EVALUATION if evaluating else sandbox.EXPERIMENT
+    applied.append(sandbox.restrict_syscalls(sandbox.GPU_EXPERIMENT if gpu else cpu_rules))
     applied.append(sandbox.drop_capabilities())
     complete = applied[0].startswith("landlock abi") and applied[1] == "seccomp"
     unsafe = "" if complete else f" (unconfined: {sandbox.UNSAFE_FLAG})"

@@ -244,6 +244,9 @@ class _Abi:
     # cached page, but nothing can evict one at will.
     page_cache: tuple[int, ...] = ()
     madvise: int = -1
+    # pipe, pipe2, socketpair, userfaultfd: each takes an inode number from the kernel's one
+    # counter (get_next_ino), which any process reads back with fstat on a pipe it makes (below)
+    new_inodes: tuple[int, ...] = ()
 
 
 _ABIS = {
@@ -266,6 +269,7 @@ _ABIS = {
         shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
         page_cache=(27, 451, 221, 187, 327, 328),
         madvise=28,
+        new_inodes=(22, 293, 53, 323),
     ),
     "aarch64": _Abi(
         0xC00000B7,
@@ -286,6 +290,7 @@ _ABIS = {
         shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
         page_cache=(232, 451, 223, 213, 286, 287),
         madvise=233,
+        new_inodes=(59, 199, 282),
     ),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
@@ -315,10 +320,18 @@ class SyscallRules:
     # by binding the name and getting "in use"), the evaluation stage included.
     binds: bool = True
     page_cache: bool = False  # probing or evicting the page cache (see _Abi.page_cache)
+    # New pipes and socket pairs. Each takes the next number of the kernel's inode counter, and
+    # a process that makes one reads where the counter stands: a red team's evaluation process
+    # made pipes until the number said a byte of its windows (mod 256), and the next process,
+    # forked after, made one and read it (35 of 39 bytes exact). The evaluation stage, which
+    # talks only over the pipes it was given, makes none.
+    new_pipes: bool = True
 
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
 EXPERIMENT = SyscallRules(binds=False)
+# Its evaluation processes: the same, and no new pipe (SyscallRules.new_pipes).
+EVALUATION = SyscallRules(binds=False, new_pipes=False)
 # On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
 # H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
 # machine's driver needs). It may neither connect one nor send by address: nothing outside is
@@ -355,6 +368,7 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [*abi.page_cache] if not rules.page_cache else []
     denied += [abi.connect, *abi.sends_by_message] if not rules.connects else []
     denied += [*abi.binds] if not rules.binds else []
+    denied += [*abi.new_inodes] if not rules.new_pipes else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
