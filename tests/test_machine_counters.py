@@ -6,9 +6,9 @@ line counts every thread the machine starts (a process starts N threads, the nex
 between two confined processes); /proc/meminfo and the CPUs' idle-state counters move with what
 another process allocates or spins. Nothing a run needs reads them: glibc counts CPUs from
 /sys/devices/system/cpu/{online,possible,present,kernel_max}, which stay granted. And an
-evaluation process makes no pipe: a new pipe's inode number is the kernel's counter, which the
-next process reads back the same way. Both stages are checked in one real sandboxed run
-through the real trainer."""
+evaluation process makes no pipe and no thread: a new pipe's inode number is the kernel's
+counter, and a new thread's id the pid counter, which the next process reads back the same
+way. Both stages are checked in one real sandboxed run through the real trainer."""
 
 from __future__ import annotations
 
@@ -47,8 +47,15 @@ PROBE = f"""    import os
             pipe = "made"
         except OSError as exc:
             pipe = f"{{type(exc).__name__}} {{exc.errno}}"
+        try:  # a new thread takes the next number of the machine's pid counter
+            import threading
+
+            threading.Thread(target=lambda: None).start()
+            thread = "started"
+        except RuntimeError as exc:
+            thread = f"{{type(exc).__name__}} {{exc}}"
         cpus = f"CPUS {{os.cpu_count()}} {{len(os.sched_getaffinity(0))}}"
-        return f"COUNTERS {{found}} {{cpus}} PIPE {{pipe}}"
+        return f"COUNTERS {{found}} {{cpus}} PIPE {{pipe}} THREAD {{thread}}"
 
     print(probe(), flush=True)
 """
@@ -72,7 +79,7 @@ RECIPE = CHAMPION.replace("def train(ctx):\n", "def train(ctx):\n" + PROBE, 1).r
 )
 
 
-def test_no_stage_reads_what_other_processes_change_and_evaluation_makes_no_pipe(
+def test_no_stage_reads_what_other_processes_change_and_evaluation_makes_no_pipe_or_thread(
     corpus: Corpus, tmp_path: Path
 ) -> None:
     result = run(corpus, tmp_path, patch_for(RECIPE), seed=7)
@@ -83,10 +90,12 @@ def test_no_stage_reads_what_other_processes_change_and_evaluation_makes_no_pipe
     ]
     cpus = f"CPUS {os.cpu_count()} {len(os.sched_getaffinity(0))}"
     expected = f"COUNTERS {denied} {cpus}"
-    # training makes pipes (torch may); an evaluation process, which talks only over the pipes
-    # it was given, may not (EPERM from seccomp)
-    in_training = f"{expected} PIPE made"
+    # training makes pipes and threads (torch may); an evaluation process, which talks only over
+    # the pipes it was given and computes on one thread, may not (EPERM from seccomp)
+    in_training = f"{expected} PIPE made THREAD started"
     assert in_training in result.log_tail, result.log_tail[-1500:]
     assert result.status == RunStatus.CRASH, (result.reason, result.log_tail[-1500:])
-    in_evaluation = f"ValueError: {expected} PIPE PermissionError 1"
+    in_evaluation = (
+        f"ValueError: {expected} PIPE PermissionError 1 THREAD RuntimeError can't start new thread"
+    )
     assert result.reason.endswith(in_evaluation), result.reason

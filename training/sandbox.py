@@ -7,15 +7,16 @@ Applied in the experiment's own process, before any recipe code is imported:
   the corpus, train or val, is readable: not the interpreter's, not another Python's in /usr/lib
   or /usr/local/lib (readable_paths.py). It may write only its scratch directory; TCP
   bind/connect are denied (no bus, no network); it cannot signal processes outside itself.
-- seccomp: no fork, vfork or exec (threads are allowed), so no fork bombs and no shell-outs; no
-  socket() at all (Landlock only covers TCP; a socketpair, connected to nothing but itself, is
-  allowed), no memfd on the CPU (memory outside the address-space limit); on CUDA a Unix
-  socket and a memfd, which its driver makes at start, but never connect(); no bind() or
-  listen() on the CPU (an abstract Unix name is a message other processes can read),
-  no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
-  process, no SysV IPC, keyring or memfd_secret (state that outlives the run), no probing or
-  evicting the page cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise
-  COLD/PAGEOUT: a memory shared with other runs), and no syscall of another ABI (i386 or x32).
+- seccomp (syscall_rules.py): no fork, vfork or exec (threads are allowed), so no fork bombs
+  and no shell-outs; no socket() at all (Landlock only covers TCP; a socketpair, connected to
+  nothing but itself, is allowed), no memfd on the CPU (memory outside the address-space
+  limit); on CUDA a Unix socket and a memfd, which its driver makes at start, but never
+  connect(); no bind() or listen() on the CPU (an abstract Unix name is a message other
+  processes can read), no new pipe in an evaluation process (the inode counter), no io_uring
+  (it would bypass these checks), no new namespace, no rlimit set on another process, no SysV
+  IPC, keyring or memfd_secret (state that outlives the run), no probing or evicting the page
+  cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise COLD/PAGEOUT: a
+  memory shared with other runs), and no syscall of another ABI (i386 or x32).
 - capabilities: all dropped, so an experiment run by root cannot raise its rlimits.
 - rlimits (set between fork and exec by the runner): address space, file size, open files,
   processes. The scratch directory's total size is the runner's to watch (`Limits.disk_bytes`).
@@ -37,6 +38,13 @@ from pathlib import Path
 # Re-exported: the harness confines its processes with sandbox.* alone.
 from training.readable_paths import device_paths as device_paths
 from training.readable_paths import python_read_paths as python_read_paths
+from training.syscall_rules import ABIS, no_new_privs
+from training.syscall_rules import COMMAND as COMMAND
+from training.syscall_rules import EVALUATION as EVALUATION
+from training.syscall_rules import EXPERIMENT as EXPERIMENT
+from training.syscall_rules import GPU_EXPERIMENT as GPU_EXPERIMENT
+from training.syscall_rules import SyscallRules as SyscallRules
+from training.syscall_rules import restrict_syscalls as restrict_syscalls
 
 # Environment variables an experiment may see; everything else (API keys, tokens, NATS
 # credentials) is dropped. LD_LIBRARY_PATH: where a GPU machine's driver library may be found.
@@ -158,7 +166,7 @@ def missing_confinement() -> list[str]:
     missing = []
     if landlock_abi() < 1:
         missing.append("Landlock (Linux 5.13 or later, enabled in the kernel's LSM list)")
-    if platform.machine() not in _ABIS:
+    if platform.machine() not in ABIS:
         missing.append(f"the seccomp filter (x86_64 or aarch64; this is {platform.machine()})")
     return missing
 
@@ -184,7 +192,7 @@ def restrict_filesystem(read: Iterable[Path], write: Iterable[Path], reads_all: 
         grants = [(p, _READ) for p in read] + [(p, rights) for p in write]
         for path, allowed in grants:
             _add_path_rule(libc, add_rule, ruleset, path, allowed & handled)
-        _no_new_privs(libc)
+        no_new_privs(libc)
         if libc.syscall(restrict, ruleset, 0) != 0:
             return f"landlock refused: {os.strerror(ctypes.get_errno())}"
     finally:
@@ -206,202 +214,3 @@ def _add_path_rule(
         libc.syscall(add_rule, ruleset, 1, ctypes.c_char_p(rule), 0)
     finally:
         os.close(fd)
-
-
-def _no_new_privs(libc: ctypes.CDLL) -> None:
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-
-
-# --- seccomp --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Abi:
-    arch: int  # AUDIT_ARCH_* of the native ABI; any other ABI is denied whole
-    forks: tuple[int, ...]  # fork, vfork (clone is filtered by its flags)
-    execs: tuple[int, ...]  # execve, execveat
-    io_uring: int  # io_uring_setup: denied in every mode (it would bypass these checks)
-    memfd: int  # memfd_create
-    clone: int
-    clone3: int
-    socket: int
-    x32: bool  # x86_64: syscall numbers with bit 30 set are the x32 ABI, same arch id
-    namespaces: tuple[int, ...] = ()  # unshare, setns: denied in every mode
-    # SysV shared memory, semaphores and message queues, the kernel keyrings and memfd_secret:
-    # state outside the run's folder and limits that outlives it (a red team left a 64 MiB
-    # segment behind, passed messages between runs, and read a key another process stored).
-    # Denied in every mode.
-    shared_state: tuple[int, ...] = ()
-    prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
-    connect: int = -1
-    binds: tuple[int, ...] = ()  # bind, listen
-    sendto: int = -1  # without connects: only on a connected socket (no address given)
-    sends_by_message: tuple[int, ...] = ()  # sendmsg, sendmmsg: an address the filter cannot read
-    # What reads or steers the page cache: mincore, cachestat, fadvise64, readahead, preadv2 and
-    # pwritev2 (RWF_NOWAIT tells a cached page), and madvise's COLD and PAGEOUT. A red team made
-    # the cache of readable files a memory shared by evaluation processes and later runs (a
-    # page cached or evicted is a bit). Denied to experiments of ours; timing still tells a
-    # cached page, but nothing can evict one at will.
-    page_cache: tuple[int, ...] = ()
-    madvise: int = -1
-    # pipe, pipe2, socketpair, userfaultfd: each takes an inode number from the kernel's one
-    # counter (get_next_ino), which any process reads back with fstat on a pipe it makes (below)
-    new_inodes: tuple[int, ...] = ()
-
-
-_ABIS = {
-    "x86_64": _Abi(
-        0xC000003E,
-        (57, 58),
-        (59, 322),
-        425,
-        319,
-        56,
-        435,
-        41,
-        True,
-        namespaces=(272, 308),
-        prlimit=302,
-        connect=42,
-        binds=(49, 50),
-        sendto=44,
-        sends_by_message=(46, 307),
-        shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
-        page_cache=(27, 451, 221, 187, 327, 328),
-        madvise=28,
-        new_inodes=(22, 293, 53, 323),
-    ),
-    "aarch64": _Abi(
-        0xC00000B7,
-        (),
-        (221, 281),
-        425,
-        279,
-        220,
-        435,
-        198,
-        False,
-        namespaces=(97, 268),
-        prlimit=261,
-        connect=203,
-        binds=(200, 201),
-        sendto=206,
-        sends_by_message=(211, 269),
-        shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
-        page_cache=(232, 451, 223, 213, 286, 287),
-        madvise=233,
-        new_inodes=(59, 199, 282),
-    ),
-}
-_AF_UNIX, _CLONE_THREAD = 1, 0x00010000
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a new namespace of any kind
-# (a user namespace grants every capability inside it, and a new network one, its own stack)
-_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
-_CLONE_NAMESPACES |= 0x20000000 | 0x40000000
-
-
-@dataclass(frozen=True, slots=True)
-class SyscallRules:
-    """What a confined process may do besides computing and using what it was given; each
-    field allows one group of syscalls. New namespaces, io_uring, SysV IPC, keyrings,
-    memfd_secret, rlimits on other processes and other ABIs are denied in every mode."""
-
-    forks: bool = False  # fork, vfork, clone without CLONE_THREAD: child processes
-    execs: bool = False  # execve, execveat: running programs
-    memfd: bool = False  # memfd_create: memory outside the address-space limit
-    unix_sockets: bool = False  # socket(AF_UNIX); any other socket is denied in every mode
-    # connect(), and a datagram sent by address (sendto with one, sendmsg, sendmmsg): with Unix
-    # sockets allowed, a pathname socket anywhere the user can reach (a container runtime's, an
-    # agent's, syslog's) would be reachable: Landlock has no rule for it
-    connects: bool = True
-    # bind(), listen(): a name other processes can find. An abstract Unix name needs no file,
-    # so Landlock cannot stop it, and its very existence is a message: a red team published
-    # bytes as names from one confined run and read them in another (from /proc/net/unix, or
-    # by binding the name and getting "in use"), the evaluation stage included.
-    binds: bool = True
-    page_cache: bool = False  # probing or evicting the page cache (see _Abi.page_cache)
-    # New pipes and socket pairs. Each takes the next number of the kernel's inode counter, and
-    # a process that makes one reads where the counter stands: a red team's evaluation process
-    # made pipes until the number said a byte of its windows (mod 256), and the next process,
-    # forked after, made one and read it (35 of 39 bytes exact). The evaluation stage, which
-    # talks only over the pipes it was given, makes none.
-    new_pipes: bool = True
-
-
-# An experiment of ours on the CPU: threads, and the pipes and files it was given.
-EXPERIMENT = SyscallRules(binds=False)
-# Its evaluation processes: the same, and no new pipe (SyscallRules.new_pipes).
-EVALUATION = SyscallRules(binds=False, new_pipes=False)
-# On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
-# H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
-# machine's driver needs). It may neither connect one nor send by address: nothing outside is
-# reachable through it. (CUDA started on an H200 with connect denied; with the sends denied too
-# it has not yet run on a GPU: bench/cuda_sandbox.py checks it.)
-# CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
-# bind stays allowed until a GPU shows CUDA starts without it (bench/cuda_sandbox.py, "no bind").
-GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False)
-# A command target runs a shell and its toolchain (which keeps Unix sockets).
-COMMAND = SyscallRules(forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True)
-
-
-def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
-    """Apply a seccomp filter to this process and its threads: deny what `rules` does not allow,
-    and every syscall made through another ABI (on x86_64, `int 0x80` reaches the i386 table,
-    where fork is 2, which a filter on x86_64 numbers alone lets by). Landlock bars TCP only:
-    without the socket rule a UDP packet leaves the machine. No new namespace (unshare, setns,
-    clone with CLONE_NEW*: a user namespace would give the experiment every capability inside
-    it) and no rlimit on another process (prlimit64 with a pid: a red team set the CPU limit of
-    a process outside to 1 s and it died)."""
-    abi = _ABIS.get(platform.machine())
-    if abi is None:
-        return "seccomp unavailable"
-    deny, enosys, allow = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000  # ERRNO(EPERM), (ENOSYS)
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ/JGE/JSET|K
-    nr, arch, arg0 = 0, 4, 16  # offsets in struct seccomp_data (arg0: its low half)
-    prog = [(ld, 0, 0, arch), (jeq, 1, 0, abi.arch), (ret, 0, 0, deny), (ld, 0, 0, nr)]
-    if abi.x32:
-        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
-    denied = [abi.io_uring, *abi.namespaces, *abi.shared_state]
-    denied += [*abi.forks] if not rules.forks else []
-    denied += [*abi.execs] if not rules.execs else []
-    denied += [abi.memfd] if not rules.memfd else []
-    denied += [*abi.page_cache] if not rules.page_cache else []
-    denied += [abi.connect, *abi.sends_by_message] if not rules.connects else []
-    denied += [*abi.binds] if not rules.binds else []
-    denied += [*abi.new_inodes] if not rules.new_pipes else []
-    for number in denied:
-        prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
-    # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
-    # falls back to clone, whose flags it can check.
-    prog += [(jeq, 0, 1, abi.clone3), (ret, 0, 0, enosys)]
-    # clone: never a new namespace; without `forks`, only a thread.
-    thread = [(jset, 1, 0, _CLONE_THREAD), (ret, 0, 0, deny)] if not rules.forks else []
-    prog += [(jeq, 0, 4 + len(thread), abi.clone), (ld, 0, 0, arg0)]
-    prog += [(jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny), *thread, (ret, 0, 0, allow)]
-    prog += [(ld, 0, 0, nr)]
-    # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
-    prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    if not rules.connects:  # sendto: only without an address (both halves of its 5th argument)
-        prog += [(jeq, 0, 6, abi.sendto), (ld, 0, 0, arg0 + 32), (jeq, 0, 3, 0)]
-        prog += [(ld, 0, 0, arg0 + 36), (jeq, 0, 1, 0), (ret, 0, 0, allow), (ret, 0, 0, deny)]
-        prog += [(ld, 0, 0, nr)]
-    if not rules.page_cache:  # madvise: all but MADV_COLD (20) and MADV_PAGEOUT (21), which evict
-        prog += [(jeq, 0, 5, abi.madvise), (ld, 0, 0, arg0 + 16), (jeq, 2, 0, 20), (jeq, 1, 0, 21)]
-        prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    # socket: none at all for an experiment of ours (it talks to the runner over pipes it was
-    # given); Unix ones only for a command's toolchain.
-    if rules.unix_sockets:
-        prog += [(jeq, 0, 4, abi.socket), (ld, 0, 0, arg0), (jeq, 0, 1, _AF_UNIX)]
-        prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    else:
-        prog += [(jeq, 0, 1, abi.socket), (ret, 0, 0, deny)]
-    prog += [(ret, 0, 0, allow)]
-    raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
-    buffer = ctypes.create_string_buffer(raw)
-    fprog = struct.pack("<HxxxxxxQ", len(prog), ctypes.addressof(buffer))
-    libc = ctypes.CDLL(None, use_errno=True)
-    _no_new_privs(libc)
-    if libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
-        return f"seccomp refused: {os.strerror(ctypes.get_errno())}"
-    return "seccomp"

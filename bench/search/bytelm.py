@@ -116,12 +116,15 @@ def run_peer(
 
 
 def run_swarm(
-    workspace: Path, brain: str, seed: int, minutes: float
+    workspace: Path, brain: str, seed: int, minutes: float, ladder: Path | None = None
 ) -> tuple[str, dict[str, float]]:
     """The champion's recipe after `minutes` of a real swarm, and its runs per tier."""
     swarm = Path(sys.executable).parent / "swarm"
     config = workspace.parent / f"{workspace.name}.toml"  # the shipped defaults but the seed
-    config.write_text(f"[agents]\nseed = {seed}\n")
+    text = f"[agents]\nseed = {seed}\n"
+    if ladder is not None:  # promotion rules to try on the real target, as a user's would be
+        text += f"[ladder]\npath = {str(ladder.resolve())!r}\n"
+    config.write_text(text)
     command = [str(swarm), "--config", str(config), "--workspace", str(workspace), "start"]
     command += ["--agents", "4", "--brain", brain, "--minutes", f"{minutes:g}"]
     with open(workspace.parent / f"{workspace.name}.log", "w") as out:
@@ -151,6 +154,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="each with other seeds")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out", type=Path, required=True, help="a folder for workspaces")
+    parser.add_argument("--ladder", type=Path, help="the swarm's ladder.toml (default: shipped)")
     args = parser.parse_args()
     problem = BytelmProblem(args.out / "scratch")
     default_source = RECIPE.read_text()
@@ -166,7 +170,7 @@ def main() -> None:
             if name.startswith("swarm-"):
                 workspace = args.out / f"{name}-r{repeat}"
                 source, counts = run_swarm(
-                    workspace, name.removeprefix("swarm-"), repeat, args.minutes
+                    workspace, name.removeprefix("swarm-"), repeat, args.minutes, args.ladder
                 )
             else:
                 method = PEERS[name](problem, repeat)
