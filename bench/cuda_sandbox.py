@@ -30,6 +30,8 @@ VARIANTS: dict[str, tuple[bool, str, sandbox.SyscallRules | None]] = {
     "with connect, sends": (True, "", replace(G, connects=True)),  # and sends by address
     "no memfd": (True, "", replace(G, memfd=False)),
     "no bind": (True, "", replace(G, binds=False)),  # if OK, GPU_EXPERIMENT can deny bind too
+    "no watches": (True, "", replace(G, watches=False)),  # if OK, it can deny inotify too
+    "evaluation": (True, "", replace(G, new_pipes=False, threads=False, locks=False)),
     "cpu rules": (True, "", sandbox.EXPERIMENT),
     "no task writes": (True, "/proc/self/task", G),
     "no device reads": (True, "device reads", G),

@@ -8,7 +8,10 @@ another process allocates or spins. Nothing a run needs reads them: glibc counts
 /sys/devices/system/cpu/{online,possible,present,kernel_max}, which stay granted. And an
 evaluation process makes no pipe and no thread: a new pipe's inode number is the kernel's
 counter, and a new thread's id the pid counter, which the next process reads back the same
-way. Both stages are checked in one real sandboxed run through the real trainer."""
+way. No stage may watch files (inotify told a training process each time another run's
+evaluation opened a file), and an evaluation process takes no file lock (a lock on a file every
+run reads is a bit). Both stages are checked in one real sandboxed run through the real
+trainer."""
 
 from __future__ import annotations
 
@@ -54,8 +57,20 @@ PROBE = f"""    import os
             thread = "started"
         except RuntimeError as exc:
             thread = f"{{type(exc).__name__}} {{exc}}"
+        import ctypes
+        import fcntl
+
+        libc = ctypes.CDLL(None, use_errno=True)  # inotify: told when others open a file
+        watch = "made" if libc.inotify_init1(0) >= 0 else f"errno {{ctypes.get_errno()}}"
+        try:  # a lock on a file every run may read is a bit others can test
+            with open(os.__file__) as shared:
+                fcntl.flock(shared, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            lock = "taken"
+        except OSError as exc:
+            lock = f"{{type(exc).__name__}} {{exc.errno}}"
         cpus = f"CPUS {{os.cpu_count()}} {{len(os.sched_getaffinity(0))}}"
-        return f"COUNTERS {{found}} {{cpus}} PIPE {{pipe}} THREAD {{thread}}"
+        kernel = f"PIPE {{pipe}} THREAD {{thread}} WATCH {{watch}} LOCK {{lock}}"
+        return f"COUNTERS {{found}} {{cpus}} {{kernel}}"
 
     print(probe(), flush=True)
 """
@@ -79,7 +94,7 @@ RECIPE = CHAMPION.replace("def train(ctx):\n", "def train(ctx):\n" + PROBE, 1).r
 )
 
 
-def test_no_stage_reads_what_other_processes_change_and_evaluation_makes_no_pipe_or_thread(
+def test_no_stage_reads_or_watches_what_others_do_and_evaluation_leaves_no_trace(
     corpus: Corpus, tmp_path: Path
 ) -> None:
     result = run(corpus, tmp_path, patch_for(RECIPE), seed=7)
@@ -90,12 +105,14 @@ def test_no_stage_reads_what_other_processes_change_and_evaluation_makes_no_pipe
     ]
     cpus = f"CPUS {os.cpu_count()} {len(os.sched_getaffinity(0))}"
     expected = f"COUNTERS {denied} {cpus}"
-    # training makes pipes and threads (torch may); an evaluation process, which talks only over
-    # the pipes it was given and computes on one thread, may not (EPERM from seccomp)
-    in_training = f"{expected} PIPE made THREAD started"
+    # training makes pipes and threads and takes locks (torch may); an evaluation process, which
+    # talks only over the pipes it was given, computes on one thread and writes nothing, may not;
+    # neither may watch files (EPERM from seccomp)
+    in_training = f"{expected} PIPE made THREAD started WATCH errno 1 LOCK taken"
     assert in_training in result.log_tail, result.log_tail[-1500:]
     assert result.status == RunStatus.CRASH, (result.reason, result.log_tail[-1500:])
     in_evaluation = (
         f"ValueError: {expected} PIPE PermissionError 1 THREAD RuntimeError can't start new thread"
+        " WATCH errno 1 LOCK PermissionError 1"
     )
     assert result.reason.endswith(in_evaluation), result.reason

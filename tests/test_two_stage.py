@@ -320,6 +320,7 @@ def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
             "    print(cmd[0], done.returncode, done.stderr.strip())\n"
             "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "print('shmget', libc.shmget(0, 1 << 20, 0o1000 | 0o600), ctypes.get_errno())\n"
+            "print('mq_open', libc.mq_open(b'/probe', 0o102, 0o600, None), ctypes.get_errno())\n"
             "print('val_loss: 1.0')\n",
         )
         lines = result.log_tail.splitlines()
@@ -327,6 +328,7 @@ def test_a_command_makes_no_namespace_no_shared_memory_and_no_one_else_s_limits(
         assert any(line.startswith("prlimit 1 ") for line in lines), result.log_tail
         assert "Operation not permitted" in result.log_tail
         assert "shmget -1 1" in result.log_tail  # EPERM: no SysV segment outlives the run
+        assert "mq_open -1 1" in result.log_tail  # nor a POSIX message queue
         limits = Path(f"/proc/{outside.pid}/limits").read_text()
         assert "Max cpu time              unlimited" in limits
         assert outside.poll() is None  # still running

@@ -31,10 +31,11 @@ class _Abi:
     socket: int
     x32: bool  # x86_64: syscall numbers with bit 30 set are the x32 ABI, same arch id
     namespaces: tuple[int, ...] = ()  # unshare, setns: denied in every mode
-    # SysV shared memory, semaphores and message queues, the kernel keyrings and memfd_secret:
-    # state outside the run's folder and limits that outlives it (a red team left a 64 MiB
-    # segment behind, passed messages between runs, and read a key another process stored).
-    # Denied in every mode.
+    # SysV shared memory, semaphores and message queues, POSIX message queues (mq_open,
+    # mq_unlink; Landlock refuses them too, as a path outside its grants), the kernel keyrings
+    # and memfd_secret: state outside the run's folder and limits that outlives it (a red team
+    # left a 64 MiB segment behind, passed messages between runs, and read a key another
+    # process stored). Denied in every mode.
     shared_state: tuple[int, ...] = ()
     prlimit: int = -1  # prlimit64: allowed on the process itself only (pid 0)
     connect: int = -1
@@ -51,6 +52,11 @@ class _Abi:
     # pipe, pipe2, socketpair, userfaultfd: each takes an inode number from the kernel's one
     # counter (get_next_ino), which any process reads back with fstat on a pipe it makes (below)
     new_inodes: tuple[int, ...] = ()
+    # inotify_init, inotify_init1, inotify_add_watch: told at once when any process opens or
+    # reads a file this one may read (and fcntl's F_NOTIFY, the older form, on a folder)
+    watches: tuple[int, ...] = ()
+    flock: int = -1  # and fcntl's lock commands: a lock on a readable file, seen by anyone
+    fcntl: int = -1
 
 
 ABIS = {
@@ -70,10 +76,16 @@ ABIS = {
         binds=(49, 50),
         sendto=44,
         sends_by_message=(46, 307),
-        shared_state=(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 248, 249, 250, 447),
+        shared_state=(
+            *(29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71),  # shm, sem, msg
+            *(240, 241, 248, 249, 250, 447),  # mq; keys; memfd_secret
+        ),
         page_cache=(27, 451, 221, 187, 327, 328),
         madvise=28,
         new_inodes=(22, 293, 53, 323),
+        watches=(253, 294, 254),
+        flock=73,
+        fcntl=72,
     ),
     "aarch64": _Abi(
         0xC00000B7,
@@ -91,13 +103,19 @@ ABIS = {
         binds=(200, 201),
         sendto=206,
         sends_by_message=(211, 269),
-        shared_state=(*range(186, 198), 217, 218, 219, 447),  # msg*, sem*, shm*; keys
+        shared_state=(180, 181, *range(186, 198), 217, 218, 219, 447),  # mq, msg, sem, shm; keys
         page_cache=(232, 451, 223, 213, 286, 287),
         madvise=233,
         new_inodes=(59, 199, 282),
+        watches=(26, 27),
+        flock=32,
+        fcntl=25,
     ),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
+# fcntl commands: F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW set a lock others can test;
+# F_SETLEASE and F_NOTIFY tell this process what others do to a file or a folder
+_F_LOCKS, _F_WATCHES = (6, 7, 37, 38), (1024, 1026)
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a new namespace of any kind
 # (a user namespace grants every capability inside it, and a new network one, its own stack)
 _CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
@@ -135,12 +153,21 @@ class SyscallRules:
     # the same channel as the inode counter's. Torch on the CPU, held to one thread, starts none
     # to load a model and answer a batch, so an evaluation process needs none.
     threads: bool = True
+    # Watching files: inotify, and fcntl's F_NOTIFY and F_SETLEASE. A confined training
+    # process watched a file every stage may read and was told at once when a confined
+    # evaluation process (another run's) opened it: which file is the message (a probe of ours,
+    # docs/reliability.md).
+    watches: bool = False
+    # File locks: flock, and fcntl's lock commands. A lock on a file both may read is a bit
+    # another process tests without waiting (the same probe). Training keeps them (a compile
+    # cache locks its files); the evaluation, which writes nothing, needs none.
+    locks: bool = True
 
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
 EXPERIMENT = SyscallRules(binds=False)
 # Its evaluation processes: the same, and no new pipe or thread (the kernel's counters).
-EVALUATION = SyscallRules(binds=False, new_pipes=False, threads=False)
+EVALUATION = SyscallRules(binds=False, new_pipes=False, threads=False, locks=False)
 # On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
 # H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
 # machine's driver needs). It may neither connect one nor send by address: nothing outside is
@@ -148,9 +175,11 @@ EVALUATION = SyscallRules(binds=False, new_pipes=False, threads=False)
 # it has not yet run on a GPU: bench/cuda_sandbox.py checks it.)
 # CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
 # bind stays allowed until a GPU shows CUDA starts without it (bench/cuda_sandbox.py, "no bind").
-GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False)
+GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False, watches=True)
 # A command target runs a shell and its toolchain (which keeps Unix sockets).
-COMMAND = SyscallRules(forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True)
+COMMAND = SyscallRules(
+    forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True, watches=True
+)
 
 
 def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
@@ -179,6 +208,8 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [*abi.binds] if not rules.binds else []
     denied += [*abi.new_inodes] if not rules.new_pipes else []
     denied += [abi.clone] if not (rules.threads or rules.forks) else []
+    denied += [*abi.watches] if not rules.watches else []
+    denied += [abi.flock] if not rules.locks else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
@@ -196,6 +227,11 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
         prog += [(jeq, 0, 6, abi.sendto), (ld, 0, 0, arg0 + 32), (jeq, 0, 3, 0)]
         prog += [(ld, 0, 0, arg0 + 36), (jeq, 0, 1, 0), (ret, 0, 0, allow), (ret, 0, 0, deny)]
         prog += [(ld, 0, 0, nr)]
+    commands = (*(_F_WATCHES if not rules.watches else ()), *(_F_LOCKS if not rules.locks else ()))
+    if commands:  # fcntl: all but these commands (its second argument)
+        prog += [(jeq, 0, 3 + len(commands), abi.fcntl), (ld, 0, 0, arg0 + 8)]
+        prog += [(jeq, len(commands) - i, 0, cmd) for i, cmd in enumerate(commands)]
+        prog += [(ret, 0, 0, allow), (ret, 0, 0, deny), (ld, 0, 0, nr)]
     if not rules.page_cache:  # madvise: all but MADV_COLD (20) and MADV_PAGEOUT (21), which evict
         prog += [(jeq, 0, 5, abi.madvise), (ld, 0, 0, arg0 + 16), (jeq, 2, 0, 20), (jeq, 1, 0, 21)]
         prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
