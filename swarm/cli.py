@@ -31,7 +31,7 @@ from swarm.errors import SwarmError
 from swarm.follow_up import swarm_program
 from swarm.ladder_process import make_ladder, run_ladder
 from swarm.ledger_process import SwarmNotRunning, run_ledger
-from swarm.output import FORMATS, write_parquet
+from swarm.output import FORMATS, check_parquet_out, write_parquet
 from swarm.sql_client import LedgerUnavailable, query, read_file
 from swarm.status import COUNTS_SQL, counts_from, live_status
 from swarm.workspace import Workspace
@@ -241,7 +241,11 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         # Imported here: torch costs ~2 s at import, and `swarm sql` should not pay it.
         from swarm.training_setup import run_once, summary
 
-        patch = args.patch.read_text() if args.patch else ""
+        try:
+            patch = args.patch.read_text() if args.patch else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not a text file"
+            raise ValueError(f"--patch {args.patch}: {why}") from None
         result = await run_once(config, workspace, args.tier, args.seed, patch, args.device)
         print(summary(result, result.metric_name, measured=config.target.kind != "command"))
         print(f"log: {workspace.logs_dir / 'runs' / f'{result.run_id}.log'}")
@@ -359,6 +363,8 @@ async def _whatif(args: argparse.Namespace, config: SwarmConfig, workspace: Work
 
 
 async def _sql(args: argparse.Namespace, config: SwarmConfig, workspace: Workspace) -> None:
+    if args.out is not None:
+        check_parquet_out(args.out)
     answer = await query(workspace, config, args.query)
     if args.out is not None:
         write_parquet(answer.table, args.out)

@@ -98,10 +98,23 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
+def check_parquet_out(path: Path) -> None:
+    """Before the query runs: `path` names a .parquet file in a folder that exists."""
     if path.suffix != ".parquet":
         raise ValueError(f"--out must name a .parquet file, got {path}")
-    pq.write_table(table, path)
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"--out {path}: no folder {folder}")
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a folder")
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    check_parquet_out(path)
+    try:
+        pq.write_table(table, path)
+    except OSError as exc:  # not writable, disk full: say so, not a pyarrow traceback
+        raise ValueError(f"--out {path}: could not write it: {exc}") from None
 
 
 FORMATS = {"table": aligned, "csv": to_csv, "json": to_json}

@@ -147,7 +147,9 @@ def _panel(
     ax.grid(alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(loc="upper right", fontsize=7)
+        # Outside the axes, to the right: inside, it hid the points in its corner (a newcomer's
+        # only idea run sat under it)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=7)
 
 
 def _champion_steps(ax: Axes, runs: list[RunPoint], levels: dict[int, float]) -> None:

@@ -155,6 +155,20 @@ def test_sql_without_any_ledger_says_what_to_do(tmp_path: Path) -> None:
     assert status.returncode == 2 and "no swarm has run" in status.stderr
 
 
+def test_an_out_file_in_no_folder_and_a_missing_patch_are_named_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "no-such-folder" / "runs.parquet"
+    done = run_swarm(tmp_path / "ws", "sql", "select 1", "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert f"--out {out}: no folder {out.parent}" in done.stderr  # before the query: no ledger
+    patch = tmp_path / "nosuch.diff"
+    done = run_swarm(tmp_path / "ws", "run", "--tier", "0", "--patch", str(patch))
+    assert done.returncode == 2, done.stderr
+    assert f"--patch {patch}: No such file or directory" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_bad_config_stops_start_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text("[ledger]\nbatch_sise = 10\n")
