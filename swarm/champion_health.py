@@ -14,19 +14,25 @@ from swarm.sql_client import LedgerUnavailable, ask_ledger
 FAILED_RUNS = 2  # failed baseline runs, and not one OK, before the swarm gives up
 TAIL_CHARS = 1200  # of the last failed run's log, shown with the reason
 
-# The latest champion's baseline runs at tier 0 that got a verdict of their own (not SKIPPED).
+# The latest champion's baseline runs at tier 0 that got a verdict of their own (not SKIPPED),
+# finished (or, for a run refused before it started, recorded) since this start: the failures
+# that stopped the last start are what the user fixed since (a restart on the same workspace
+# stopped again at its first look, before any run).
 BASELINE_SQL = """
 SELECT status, reason, log_tail FROM runs
 WHERE idea_id = '' AND tier = 0 AND status <> 'SKIPPED'
   AND champion_version = (SELECT max(version) FROM champions)
+  AND epoch(coalesce(finished_at, ingested_at)) >= {since!r}
 ORDER BY finished_at"""
 
 
-async def broken_champion(nc: Client, timeout_s: float) -> str:
-    """Why the champion cannot be measured at tier 0, or "" while it can (or is not run yet,
-    or the ledger is not answering: the next look asks again)."""
+async def broken_champion(nc: Client, timeout_s: float, since: float) -> str:
+    """Why the champion cannot be measured at tier 0, judged on its runs finished since
+    `since` (epoch seconds), or "" while it can (or is not run yet, or the ledger is not
+    answering: the next look asks again)."""
+    sql = BASELINE_SQL.format(since=float(since))
     try:
-        rows = (await ask_ledger(nc, BASELINE_SQL, timeout_s)).table.to_pylist()
+        rows = (await ask_ledger(nc, sql, timeout_s)).table.to_pylist()
     except (LedgerUnavailable, SqlError):
         return ""
     if len(rows) < FAILED_RUNS or any(row["status"] == "OK" for row in rows):

@@ -81,6 +81,7 @@ async def start_swarm(
     server: EmbeddedNatsServer | None = None
     children: list[ManagedProcess] = []
     failures: list[str] = []  # why the swarm stopped by itself, if it had to (champion_health)
+    since = time.time()  # before any process starts: a champion's run may fail at once
     logged = log_to_file(workspace.logs_dir / "start.log")
     try:
         if config.bus.url:
@@ -165,7 +166,8 @@ async def start_swarm(
                 keepers = [group.create_task(child.keep_alive()) for child in children]
                 if server is not None:
                     keepers.append(group.create_task(_keep_server_alive(server)))
-                reporter = group.create_task(_report(nc, config, out, stop, minutes, failures))
+                report = _report(nc, config, out, stop, minutes, failures, since)
+                reporter = group.create_task(report)
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline, out)
                 # Trainers first (they hand unfinished jobs back), the ledger last (it commits).
@@ -338,6 +340,7 @@ async def _report(
     stop: asyncio.Event,
     minutes: float | None,
     failures: list[str],
+    since: float,
 ) -> None:
     """The live view (a rich screen on a terminal, one line per update in a log), and the
     experiment limit: the swarm stops once the ledger holds that many results."""
@@ -353,7 +356,7 @@ async def _report(
                 snapshot = await gather_snapshot(
                     nc, started, minutes, limit, timeout, lower_is_better
                 )
-                broken = await broken_champion(nc, timeout)
+                broken = await broken_champion(nc, timeout, since)
             except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
                 print(f"swarm: bus not answering ({exc or type(exc).__name__})", file=out)
                 continue

@@ -190,6 +190,7 @@ def test_a_script_with_nothing_to_edit_stops_the_start(installed: Path, project:
         swarm(installed, project, "start", "--agents", "1", "--minutes", "1")
 
 
+@pytest.mark.timeout(300)  # two starts: the broken one, and a minute with the fix
 def test_a_champion_that_cannot_run_stops_the_swarm(installed: Path, project: Path) -> None:
     """A typo in the run command: every run fails, so every idea would be judged against
     nothing. The swarm stops by itself, says why with the log, and exits non-zero."""
@@ -199,6 +200,18 @@ def test_a_champion_that_cannot_run_stops_the_swarm(installed: Path, project: Pa
     said = str(stopped.value)
     assert "exited 2" in said and "the champion's own runs at tier 0 all failed" in said, said
     assert "can't open file" in said and "experiments run:" in said  # the log, the summary
+    # The user fixes the typo and starts again on the same workspace: the last start's failures
+    # do not stop this one (they stopped it at its first look, before any run).
+    config = project / "swarm.toml"
+    config.write_text(config.read_text().replace("trian.py", "train.py"))
+    swarm(installed, project, "start", "--agents", "1", "--minutes", "1", timeout=150)
+    assert ask(installed, project, "select count(*) from runs where status = 'OK'") > 0
+
+
+def ask(installed: Path, project: Path, sql: str) -> int:
+    """A count from the ledger, as `swarm sql --format json` gives it."""
+    rows = json.loads(swarm(installed, project, "sql", sql, "--format", "json"))
+    return int(next(iter(rows[0].values())))
 
 
 TWO_STAGE = [
