@@ -31,7 +31,12 @@ VARIANTS: dict[str, tuple[bool, str, sandbox.SyscallRules | None]] = {
     "no memfd": (True, "", replace(G, memfd=False)),
     "no bind": (True, "", replace(G, binds=False)),  # if OK, GPU_EXPERIMENT can deny bind too
     "no watches": (True, "", replace(G, watches=False)),  # if OK, it can deny inotify too
-    "evaluation": (True, "", replace(G, new_pipes=False, threads=False, locks=False)),
+    "own scheduling": (True, "", replace(G, others_scheduling=False)),  # if OK, so can the GPU
+    "evaluation": (
+        True,
+        "",
+        replace(G, new_pipes=False, threads=False, locks=False, scheduling=False),
+    ),
     "cpu rules": (True, "", sandbox.EXPERIMENT),
     "no task writes": (True, "/proc/self/task", G),
     "no device reads": (True, "device reads", G),

@@ -50,13 +50,23 @@ class _Abi:
     page_cache: tuple[int, ...] = ()
     madvise: int = -1
     # pipe, pipe2, socketpair, userfaultfd: each takes an inode number from the kernel's one
-    # counter (get_next_ino), which any process reads back with fstat on a pipe it makes (below)
+    # counter (get_next_ino), which any process reads back with fstat on a pipe it makes (below);
+    # perf_event_open: each event takes the next id of one machine-wide counter, which a later
+    # process reads back exactly (a red team: 3 of 3 hand-offs)
     new_inodes: tuple[int, ...] = ()
-    # inotify_init, inotify_init1, inotify_add_watch: told at once when any process opens or
+    # inotify_init, inotify_init1, inotify_add_watch, fanotify_init, fanotify_mark (a mark on
+    # one file needs no privilege since Linux 5.13): told at once when any process opens or
     # reads a file this one may read (and fcntl's F_NOTIFY, the older form, on a folder)
     watches: tuple[int, ...] = ()
     flock: int = -1  # and fcntl's lock commands: a lock on a readable file, seen by anyone
     fcntl: int = -1
+    # What sets a process's scheduling, each as (number, its `which` argument's value for "a
+    # process" or -1 where it has none, the index of its pid argument): setpriority,
+    # sched_setparam, sched_setscheduler, sched_setaffinity, sched_setattr, ioprio_set. Allowed
+    # on the process itself only (pid 0, or its own) but on CUDA: a red team's experiment
+    # reniced, idled and pinned another run's process (none holds a capability, so the kernel
+    # let it), and PRIO_USER would renice every process of the trainer's user.
+    scheduling: tuple[tuple[int, int, int], ...] = ()
 
 
 ABIS = {
@@ -82,10 +92,18 @@ ABIS = {
         ),
         page_cache=(27, 451, 221, 187, 327, 328),
         madvise=28,
-        new_inodes=(22, 293, 53, 323),
-        watches=(253, 294, 254),
+        new_inodes=(22, 293, 53, 323, 298),
+        watches=(253, 294, 254, 300, 301),
         flock=73,
         fcntl=72,
+        scheduling=(
+            (141, 0, 1),
+            (142, -1, 0),
+            (144, -1, 0),
+            (203, -1, 0),
+            (314, -1, 0),
+            (251, 1, 1),
+        ),
     ),
     "aarch64": _Abi(
         0xC00000B7,
@@ -106,10 +124,18 @@ ABIS = {
         shared_state=(180, 181, *range(186, 198), 217, 218, 219, 447),  # mq, msg, sem, shm; keys
         page_cache=(232, 451, 223, 213, 286, 287),
         madvise=233,
-        new_inodes=(59, 199, 282),
-        watches=(26, 27),
+        new_inodes=(59, 199, 282, 241),
+        watches=(26, 27, 262, 263),
         flock=32,
         fcntl=25,
+        scheduling=(
+            (140, 0, 1),
+            (118, -1, 0),
+            (119, -1, 0),
+            (122, -1, 0),
+            (274, -1, 0),
+            (30, 1, 1),
+        ),
     ),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
@@ -162,12 +188,22 @@ class SyscallRules:
     # another process tests without waiting (the same probe). Training keeps them (a compile
     # cache locks its files); the evaluation, which writes nothing, needs none.
     locks: bool = True
+    # Changing its own scheduling (nice, policy, CPU affinity, I/O priority). Any process may
+    # read another's, so a value it sets is a message: a red team's evaluation process wrote 13
+    # bits at a time in its I/O priority for a training process on the other trainer, 4 KiB in
+    # 0.09 s with no error. The evaluation needs none of it; no CPU mode may change another's.
+    scheduling: bool = True
+    # ...and another process's (CUDA only, until a GPU shows its driver starts without it:
+    # bench/cuda_sandbox.py, "own scheduling")
+    others_scheduling: bool = False
 
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
 EXPERIMENT = SyscallRules(binds=False)
 # Its evaluation processes: the same, and no new pipe or thread (the kernel's counters).
-EVALUATION = SyscallRules(binds=False, new_pipes=False, threads=False, locks=False)
+EVALUATION = SyscallRules(
+    binds=False, new_pipes=False, threads=False, locks=False, scheduling=False
+)
 # On CUDA: the driver makes a Unix socket at start and fails (error 304) without it (seen on an
 # H100, driver 580; memfd on driver 570 in a public report; bench/cuda_sandbox.py tells which a
 # machine's driver needs). It may neither connect one nor send by address: nothing outside is
@@ -175,7 +211,9 @@ EVALUATION = SyscallRules(binds=False, new_pipes=False, threads=False, locks=Fal
 # it has not yet run on a GPU: bench/cuda_sandbox.py checks it.)
 # CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
 # bind stays allowed until a GPU shows CUDA starts without it (bench/cuda_sandbox.py, "no bind").
-GPU_EXPERIMENT = SyscallRules(memfd=True, unix_sockets=True, connects=False, watches=True)
+GPU_EXPERIMENT = SyscallRules(
+    memfd=True, unix_sockets=True, connects=False, watches=True, others_scheduling=True
+)
 # A command target runs a shell and its toolchain (which keeps Unix sockets).
 COMMAND = SyscallRules(
     forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True, watches=True
@@ -210,6 +248,7 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [abi.clone] if not (rules.threads or rules.forks) else []
     denied += [*abi.watches] if not rules.watches else []
     denied += [abi.flock] if not rules.locks else []
+    denied += [nr for nr, _, _ in abi.scheduling] if not rules.scheduling else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
@@ -220,6 +259,13 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     prog += [(jeq, 0, 4 + len(thread), abi.clone), (ld, 0, 0, arg0)]
     prog += [(jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny), *thread, (ret, 0, 0, allow)]
     prog += [(ld, 0, 0, nr)]
+    # The scheduling calls: only on itself (its `which` is "a process", its pid 0 or its own).
+    own = os.getpid()
+    for number, which, pid in abi.scheduling if not rules.others_scheduling else ():
+        check = [(ld, 0, 0, arg0), (jeq, 0, 4, which)] if which >= 0 else []  # else deny
+        prog += [(jeq, 0, 5 + len(check), number), *check, (ld, 0, 0, arg0 + 8 * pid)]
+        prog += [(jeq, 1, 0, 0), (jeq, 0, 1, own), (ret, 0, 0, allow), (ret, 0, 0, deny)]
+        prog += [(ld, 0, 0, nr)]
     # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
     prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
