@@ -12,12 +12,14 @@ Applied in the experiment's own process, before any recipe code is imported:
   nothing but itself, is allowed), no memfd on the CPU (memory outside the address-space
   limit); on CUDA a Unix socket and a memfd, which its driver makes at start, but never
   connect(); no bind() or listen() on the CPU (an abstract Unix name is a message other
-  processes can read), no watching files (inotify), no new pipe, thread or file lock in an
-  evaluation process (kernel counters and locks another process reads), no io_uring (it would
-  bypass these checks), no new namespace, no rlimit set on another process, no SysV
-  IPC, keyring or memfd_secret (state that outlives the run), no probing or evicting the page
-  cache (mincore, cachestat, fadvise, readahead, preadv2/pwritev2, madvise COLD/PAGEOUT: a
-  memory shared with other runs), and no syscall of another ABI (i386 or x32).
+  processes can read), no watching files (inotify, fanotify), no change to another process's
+  scheduling (nice, policy, affinity, I/O priority), no new pipe, thread, perf event, file lock
+  or priority of its own in an evaluation process (counters and state another process reads),
+  no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
+  process, no SysV IPC, POSIX message queue, keyring or memfd_secret (state that outlives the
+  run), no probing or evicting the page cache (mincore, cachestat, fadvise, readahead,
+  preadv2/pwritev2, madvise COLD/PAGEOUT: a memory shared with other runs), and no syscall of
+  another ABI (i386 or x32).
 - capabilities: all dropped, so an experiment run by root cannot raise its rlimits.
 - rlimits (set between fork and exec by the runner): address space, file size, open files,
   processes. The scratch directory's total size is the runner's to watch (`Limits.disk_bytes`).
