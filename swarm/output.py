@@ -110,7 +110,7 @@ def check_parquet_out(path: Path) -> None:
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
-    check_parquet_out(path)
+    """Write `table` to `path`, which check_parquet_out passed before the query ran."""
     try:
         pq.write_table(table, path)
     except OSError as exc:  # not writable, disk full: say so, not a pyarrow traceback

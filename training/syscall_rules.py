@@ -1,8 +1,9 @@
 """The seccomp half of the sandbox (training/sandbox.py has the rest): which syscalls a confined
 process may make, per kind of process (SyscallRules), as a BPF filter over each ABI's numbers.
 
-Denied in every mode: io_uring, new namespaces, SysV IPC, keyrings, memfd_secret, rlimits on
-other processes and any other ABI. Each rule's comment says what a red team did with it.
+Denied in every mode: io_uring, new namespaces, SysV IPC, POSIX message queues, keyrings,
+memfd_secret, rlimits on other processes and any other ABI. Each rule's comment says what a
+red team did with it.
 """
 
 from __future__ import annotations
@@ -151,8 +152,9 @@ _CLONE_NAMESPACES |= 0x20000000 | 0x40000000
 @dataclass(frozen=True, slots=True)
 class SyscallRules:
     """What a confined process may do besides computing and using what it was given; each
-    field allows one group of syscalls. New namespaces, io_uring, SysV IPC, keyrings,
-    memfd_secret, rlimits on other processes and other ABIs are denied in every mode."""
+    field allows one group of syscalls. New namespaces, io_uring, SysV IPC, POSIX message
+    queues, keyrings, memfd_secret, rlimits on other processes and other ABIs are denied in
+    every mode."""
 
     forks: bool = False  # fork, vfork, clone without CLONE_THREAD: child processes
     execs: bool = False  # execve, execveat: running programs
@@ -172,14 +174,15 @@ class SyscallRules:
     # a process that makes one reads where the counter stands: a red team's evaluation process
     # made pipes until the number said a byte of its windows (mod 256), and the next process,
     # forked after, made one and read it (35 of 39 bytes exact). The evaluation stage, which
-    # talks only over the pipes it was given, makes none.
+    # talks only over the pipes it was given, makes none. Perf events go with them: each takes
+    # the next id of one machine-wide counter (_Abi.new_inodes).
     new_pipes: bool = True
     # Threads (clone with CLONE_THREAD; `forks` allows them too). Each takes the next number of
     # the machine's pid counter, which any later process reads as its own pid or a thread's id:
     # the same channel as the inode counter's. Torch on the CPU, held to one thread, starts none
     # to load a model and answer a batch, so an evaluation process needs none.
     threads: bool = True
-    # Watching files: inotify, and fcntl's F_NOTIFY and F_SETLEASE. A confined training
+    # Watching files: inotify, fanotify, and fcntl's F_NOTIFY and F_SETLEASE. A confined training
     # process watched a file every stage may read and was told at once when a confined
     # evaluation process (another run's) opened it: which file is the message (a probe of ours,
     # docs/reliability.md).
@@ -200,7 +203,8 @@ class SyscallRules:
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
 EXPERIMENT = SyscallRules(binds=False)
-# Its evaluation processes: the same, and no new pipe or thread (the kernel's counters).
+# Its evaluation processes: the same, and no new pipe, thread or perf event (the kernel's
+# counters), no file lock and no scheduling of its own (state any other process reads).
 EVALUATION = SyscallRules(
     binds=False, new_pipes=False, threads=False, locks=False, scheduling=False
 )
@@ -248,7 +252,7 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
     denied += [abi.clone] if not (rules.threads or rules.forks) else []
     denied += [*abi.watches] if not rules.watches else []
     denied += [abi.flock] if not rules.locks else []
-    denied += [nr for nr, _, _ in abi.scheduling] if not rules.scheduling else []
+    denied += [number for number, _, _ in abi.scheduling] if not rules.scheduling else []
     for number in denied:
         prog += [(jeq, 0, 1, number), (ret, 0, 0, deny)]
     # clone3 passes its flags in memory the filter cannot read: say "not implemented" so libc
