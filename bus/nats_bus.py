@@ -17,7 +17,13 @@ from nats.js.kv import KeyValue
 
 from bus.codec import encode
 from bus.messages import Message, RunSpec, event_key, new_id
-from bus.subjects import JOBS_STREAM, JOBS_SUBJECTS, event_subject, job_subject
+from bus.subjects import (
+    JOBS_STREAM,
+    JOBS_SUBJECTS,
+    event_subject,
+    job_subject,
+    trainer_consumer_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +153,16 @@ async def queued_run_ids(js: JetStreamContext) -> set[str]:
         ids.add((msg.headers or {}).get("Nats-Msg-Id", "").split(":")[0])  # see requeue_job
         seq = (msg.seq or seq) + 1
     return ids
+
+
+async def queued_jobs(js: JetStreamContext, tier: int) -> int | None:
+    """Jobs of `tier` on the work queue: waiting, or taken and not yet acknowledged; None
+    before a trainer of that tier made its consumer (nothing takes them yet)."""
+    try:
+        info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(tier))
+    except NotFoundError:
+        return None
+    return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
 
 async def enqueue_job(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:

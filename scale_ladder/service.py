@@ -37,7 +37,14 @@ from bus.messages import (
     event_key,
     new_id,
 )
-from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids, requeue_job
+from bus.nats_bus import (
+    enqueue_job,
+    enqueue_run,
+    publish_event,
+    queued_jobs,
+    queued_run_ids,
+    requeue_job,
+)
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from ledger.remote_events import ledger_events
@@ -45,6 +52,7 @@ from recipes.store import RecipeStore
 from scale_ladder import snapshot
 from scale_ladder.admission import NotAdmitted
 from scale_ladder.control import parse_control, shorten
+from scale_ladder.dispatch import Dispatch
 from scale_ladder.ladder import Ladder, LadderRefusal
 
 log = logging.getLogger(__name__)
@@ -82,6 +90,8 @@ class LadderService:
         self._stop = asyncio.Event()
         self._specs: set[str] = set()  # run ids of the RunSpecs in the stream (with max_specs)
         self._held: set[str] = set()  # RunSpecs past max_specs: made by the ladder, never sent
+        # capped tiers' RunSpecs whose jobs wait here, sent best first as trainers free up
+        self._dispatch = Dispatch({t.index: t.max_concurrent for t in ladder.tiers})
         self._stream = ""  # when the event stream was created (a snapshot names it)
         # Messages it made that the stream may not have (the state has them): given up on at a
         # stop, or a publish under way (cut short by a cancel). No snapshot then.
@@ -209,9 +219,14 @@ class LadderService:
                 lost = [
                     spec
                     for run_id, spec in self.ladder.runs.unfinished.items()
-                    if run_id in waiting and run_id not in queued and run_id not in self._held
+                    if run_id in waiting
+                    and run_id not in queued
+                    and run_id not in self._held
+                    and run_id not in self._dispatch
                 ]
                 for spec in lost:
+                    if self._dispatch.park(spec, again=True):  # a capped tier's: sent in turn
+                        continue
                     try:
                         await self._store_recipes([spec])
                     except (NotAdmitted, KeyError) as exc:  # no recipe to make: the rest go on
@@ -261,6 +276,27 @@ class LadderService:
                 return
             self._failed = ""
             await self._publish(self._within_limit(made))
+            await self._release()
+
+    async def _release(self) -> None:
+        """Send each capped tier's best parked runs while its queue has room (dispatch.py).
+        One that fails to go out is parked again, for the next act (a second at most)."""
+        for tier in self._dispatch.tiers():
+            try:
+                queued = await queued_jobs(self.js, tier)
+            except Exception as exc:  # the bus is down: the next act looks again
+                log.warning("could not read tier %d's queue (%s)", tier, exc)
+                continue
+            if queued is None:  # no trainer of this tier yet: sent once one is there
+                continue
+            for parked in self._dispatch.release(self.ladder, tier, queued):
+                send = requeue_job if parked.again else enqueue_job
+                try:
+                    await self._store_recipes([parked.spec])
+                    await send(self.js, parked.spec)
+                except Exception as exc:
+                    log.warning("sending job %s failed (%s)", parked.spec.run_id, exc)
+                    self._dispatch.park(parked.spec, parked.again)
 
     def _within_limit(self, messages: list[Message]) -> list[Message]:
         """The messages, less the RunSpecs past max_specs. Those stay in the ladder's state
@@ -302,7 +338,8 @@ class LadderService:
         self._publishing = False
 
     async def _pipelined(self, messages: list[Message]) -> None:
-        specs = [m for m in messages if isinstance(m, RunSpec)]
+        # A capped tier's jobs wait in the dispatch; their events go out with the rest.
+        specs = [m for m in messages if isinstance(m, RunSpec) and not self._dispatch.park(m)]
         try:
             await self._store_recipes(specs)
             jobs = await asyncio.gather(
@@ -351,7 +388,7 @@ class LadderService:
                 log.error("RunSpec recipe %s is not what its champion and patch make", named[:80])
 
     async def _publish_one(self, message: Message) -> None:
-        if isinstance(message, RunSpec):
+        if isinstance(message, RunSpec) and message.run_id not in self._dispatch:
             await self._store_recipes([message])
             await enqueue_run(self.js, message)
         elif isinstance(message, ChampionChange):
