@@ -81,10 +81,12 @@ RECIPE_READ = (
     f"{API}.STREAM.MSG.GET.{RECIPES_STREAM}",
 )
 # Reading which jobs are on the work queue, by message (a restarted ladder puts back lost ones:
-# scale_ladder/service.py).
+# scale_ladder/service.py), and how many a tier's trainers hold (a capped tier's jobs are sent
+# as its queue has room: scale_ladder/work_queue.py).
 JOBS_READ = (
     f"{API}.STREAM.INFO.{JOBS_STREAM}",
     f"{API}.STREAM.MSG.GET.{JOBS_STREAM}",
+    f"{API}.CONSUMER.INFO.{JOBS_STREAM}.*",
 )
 # Stream and consumer state, read-only (status lines, the live view).
 STATE_READ = (

@@ -26,6 +26,7 @@ from bus.nats_bus import (
     enqueue_job,
     enqueue_run,
     publish_event,
+    queued_jobs,
     queued_run_ids,
 )
 from bus.replay import replay_events
@@ -270,14 +271,21 @@ async def test_wrong_password_and_token_are_refused(roles: RoleBus) -> None:
 
 
 async def test_the_ladder_may_read_which_jobs_are_queued(roles: RoleBus) -> None:
-    """A restarted ladder lists the work queue to put back lost jobs (scale_ladder/service.py):
-    its role may read the job stream's messages, and nothing else is asked of it."""
+    """A restarted ladder lists the work queue to put back lost jobs (scale_ladder/service.py),
+    and sends a capped tier's jobs as its trainers' consumer has room (work_queue.py): its role
+    may read the job stream's messages and the trainers' consumers, and nothing else is asked
+    of it."""
     nc, errors = await roles.connect(Role.LADDER)
+    trainer, trainer_errors = await roles.connect(Role.TRAINER)
     try:
         job = spec()
         await enqueue_job(nc.jetstream(), job)
         assert await queued_run_ids(nc.jetstream()) == {job.run_id}
+        assert await queued_jobs(nc.jetstream(), 0) is None  # no trainer of tier 0 yet
+        await ensure_trainer_consumer(trainer.jetstream(), 0, 1)
+        assert await queued_jobs(nc.jetstream(), 0) == 1
         await asyncio.sleep(0.2)  # a refusal would arrive asynchronously
-        assert errors == []
+        assert errors == [] and trainer_errors == []
     finally:
         await nc.close()
+        await trainer.close()

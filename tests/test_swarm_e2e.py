@@ -53,14 +53,20 @@ min_improvement = 0.001
 
 
 def swarm_project(
-    tmp_path: Path, agents: int = 3, extra: str = "", run: str = RUN, tier: str = TIER
+    tmp_path: Path,
+    agents: int = 3,
+    extra: str = "",
+    run: str = RUN,
+    tier: str = TIER,
+    top: str = "",  # more settings of the top tier
 ) -> Path:
     project = tmp_path / "project"
     project.mkdir()
     (project / "params.py").write_text(PARAMS)
     (project / "run.py").write_text(run)
     ladder = tmp_path / "ladder.toml"
-    ladder.write_text(extra + tier.format(name="small", depth=1) + tier.format(name="big", depth=2))
+    small, big = tier.format(name="small", depth=1), tier.format(name="big", depth=2)
+    ladder.write_text(extra + small + big + top)
     config = tmp_path / "swarm.toml"
     config.write_text(
         f"""
@@ -94,7 +100,9 @@ def sql(swarm: RunningSwarm, query: str) -> list[dict[str, object]]:
 
 @pytest.mark.timeout(240)
 def test_three_agents_promote_a_real_win_through_two_tiers(tmp_path: Path) -> None:
-    swarm = RunningSwarm(tmp_path / "ws", swarm_project(tmp_path))
+    # The top tier capped at one, as shipped: its jobs wait in the ladder and go out in turn,
+    # through the bus's role permissions (a ladder refused the consumer's state sent none).
+    swarm = RunningSwarm(tmp_path / "ws", swarm_project(tmp_path, top="max_concurrent = 1\n"))
     try:
         swarm.wait_ready()
 
