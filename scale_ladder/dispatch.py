@@ -16,10 +16,10 @@ their jobs are not) and hands the work queue one more than the tier's cap, best 
 - runs of an idea already decided go last;
 - ties in the order the ladder made them.
 
-Only the order changes: the rules see the same results whenever they come, so the verdicts and
-their guarantees are those of a first-come queue. Nothing is lost at a stop or a kill: a parked
-run's RunSpec is in the event stream with no result, and the service that starts next finds it
-on no queue and parks it again (service.py, `_requeue_lost`).
+Only the order changes, never the rules: each verdict is made from the runs that are in, on the
+tier's own seeds, as with any order in which trainers happen to finish them. Nothing is lost at
+a stop or a kill: a parked run's RunSpec is in the event stream with no result, and the service
+that starts next finds it on no queue and parks it again (service.py, `_requeue_lost`).
 """
 
 from __future__ import annotations

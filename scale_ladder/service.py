@@ -4,9 +4,10 @@ At start it reads SWARM_EVENTS from the first message (an ordered consumer), fol
 RunSpecs, results, decisions and champion changes into the state without acting, so a restarted
 ladder knows everything it already did. With a snapshot of that state (snapshot.py, written
 every `snapshot_interval_s` and at stop) it starts from the snapshot and reads only the events
-after it. Once it has caught up with the stream as it was at start,
-it acts after every burst of events: RunSpecs go to the work queue (and the event stream),
-Decisions and ChampionChanges to the event stream, champion sources to the champion store first.
+after it. Once it has caught up with the stream as it was at start, it acts after every burst
+of events: RunSpecs go to the work queue (a capped tier's in turn, best first: work_queue.py)
+and the event stream, Decisions and ChampionChanges to the event stream, champion sources to
+the champion store first.
 Publishing retries until it succeeds: ids are deterministic, so a retry never duplicates.
 
 People talk to it by request/reply on `swarm.ladder.control` (approve, reject, revert).
@@ -37,23 +38,14 @@ from bus.messages import (
     event_key,
     new_id,
 )
-from bus.nats_bus import (
-    enqueue_job,
-    enqueue_run,
-    publish_event,
-    queued_jobs,
-    queued_run_ids,
-    requeue_job,
-)
+from bus.nats_bus import enqueue_job, enqueue_run, publish_event, queued_run_ids
 from bus.replay import Replay, replay_events
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from ledger.remote_events import ledger_events
-from recipes.store import RecipeStore
 from scale_ladder import snapshot
-from scale_ladder.admission import NotAdmitted
 from scale_ladder.control import parse_control, shorten
-from scale_ladder.dispatch import Dispatch
 from scale_ladder.ladder import Ladder, LadderRefusal
+from scale_ladder.work_queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +75,14 @@ class LadderService:
         self.ladder = ladder
         self.options = options
         self.store = ChampionStore(self.js)
-        self.recipes = RecipeStore(self.js)
         self.caught_up = asyncio.Event()
         self._inbox: asyncio.Queue[tuple[Message | None, int]] = asyncio.Queue()
         self._lock = asyncio.Lock()  # one act-and-publish at a time
         self._stop = asyncio.Event()
         self._specs: set[str] = set()  # run ids of the RunSpecs in the stream (with max_specs)
         self._held: set[str] = set()  # RunSpecs past max_specs: made by the ladder, never sent
-        # capped tiers' RunSpecs whose jobs wait here, sent best first as trainers free up
-        self._dispatch = Dispatch({t.index: t.max_concurrent for t in ladder.tiers})
+        # recipes, jobs, and a capped tier's jobs waiting their turn
+        self._jobs = WorkQueue(self.js, ladder)
         self._stream = ""  # when the event stream was created (a snapshot names it)
         # Messages it made that the stream may not have (the state has them): given up on at a
         # stop, or a publish under way (cut short by a cancel). No snapshot then.
@@ -222,17 +213,9 @@ class LadderService:
                     if run_id in waiting
                     and run_id not in queued
                     and run_id not in self._held
-                    and run_id not in self._dispatch
+                    and run_id not in self._jobs
                 ]
-                for spec in lost:
-                    if self._dispatch.park(spec, again=True):  # a capped tier's: sent in turn
-                        continue
-                    try:
-                        await self._store_recipes([spec])
-                    except (NotAdmitted, KeyError) as exc:  # no recipe to make: the rest go on
-                        log.error("lost job %s not put back: %s", spec.run_id, exc)
-                        continue
-                    await requeue_job(self.js, spec)
+                await self._jobs.put_back(lost)
             if lost:
                 log.warning("put back %d lost jobs: %s", len(lost), [s.run_id for s in lost])
         except asyncio.CancelledError:
@@ -276,27 +259,7 @@ class LadderService:
                 return
             self._failed = ""
             await self._publish(self._within_limit(made))
-            await self._release()
-
-    async def _release(self) -> None:
-        """Send each capped tier's best parked runs while its queue has room (dispatch.py).
-        One that fails to go out is parked again, for the next act (a second at most)."""
-        for tier in self._dispatch.tiers():
-            try:
-                queued = await queued_jobs(self.js, tier)
-            except Exception as exc:  # the bus is down: the next act looks again
-                log.warning("could not read tier %d's queue (%s)", tier, exc)
-                continue
-            if queued is None:  # no trainer of this tier yet: sent once one is there
-                continue
-            for parked in self._dispatch.release(self.ladder, tier, queued):
-                send = requeue_job if parked.again else enqueue_job
-                try:
-                    await self._store_recipes([parked.spec])
-                    await send(self.js, parked.spec)
-                except Exception as exc:
-                    log.warning("sending job %s failed (%s)", parked.spec.run_id, exc)
-                    self._dispatch.park(parked.spec, parked.again)
+            await self._jobs.release()
 
     def _within_limit(self, messages: list[Message]) -> list[Message]:
         """The messages, less the RunSpecs past max_specs. Those stay in the ladder's state
@@ -339,9 +302,9 @@ class LadderService:
 
     async def _pipelined(self, messages: list[Message]) -> None:
         # A capped tier's jobs wait in the dispatch; their events go out with the rest.
-        specs = [m for m in messages if isinstance(m, RunSpec) and not self._dispatch.park(m)]
+        specs = [m for m in messages if isinstance(m, RunSpec) and not self._jobs.keep(m)]
         try:
-            await self._store_recipes(specs)
+            await self._jobs.store_recipes(specs)
             jobs = await asyncio.gather(
                 *(enqueue_job(self.js, s) for s in specs), return_exceptions=True
             )
@@ -374,22 +337,9 @@ class LadderService:
         self._gave_up = True
         log.warning("stopping with %s unpublished", message.event_id)
 
-    async def _store_recipes(self, specs: list[RunSpec]) -> None:
-        """Put the recipes these RunSpecs name in the recipe store, each once: before their jobs,
-        so a trainer that takes a job finds its recipe (recipes/store.py)."""
-        recipes = {
-            s.recipe_sha: self.ladder.recipe_of(s.champion_version, s.patch)
-            for s in specs
-            if s.recipe_sha
-        }
-        stored = await asyncio.gather(*(self.recipes.put(source) for source in recipes.values()))
-        for named, sha in zip(recipes, stored, strict=True):
-            if named != sha:  # a RunSpec this ladder did not make so: say so
-                log.error("RunSpec recipe %s is not what its champion and patch make", named[:80])
-
     async def _publish_one(self, message: Message) -> None:
-        if isinstance(message, RunSpec) and message.run_id not in self._dispatch:
-            await self._store_recipes([message])
+        if isinstance(message, RunSpec) and message.run_id not in self._jobs:
+            await self._jobs.store_recipes([message])
             await enqueue_run(self.js, message)
         elif isinstance(message, ChampionChange):
             await self.store.put(message.version, message.source)

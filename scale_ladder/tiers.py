@@ -166,17 +166,17 @@ def ladder_from(data: dict[str, Any], path: str, target: str = "bytelm") -> Ladd
     built = [_tier(i, raw, path, target) for i, raw in enumerate(tiers)]
     if built[0].rule.direct_entries:
         raise LadderConfigError(
-            f"{path}: tier[0].direct_entries must be 0: every idea enters tier 0 unless a tier "
-            "above sends it straight there (set it on the tiers above)"
+            f"{path}: {_named(0, built[0].name)}.direct_entries must be 0: every idea enters "
+            "tier 0 unless a tier above sends it straight there (set it on the tiers above)"
         )
     top = built[-1]
     if not top.rule.deterministic:
         top = built[-1] = replace(top, rule=replace(top.rule, top=True))
         if top.rule.sigmas < 1:
             raise LadderConfigError(
-                f"{path}: tier[{top.index}].sigmas must be at least 1, got {top.rule.sigmas}: "
-                "the top tier's noise gate is what guards the champion (sigmas = 0 makes a "
-                "screening tier, for the tiers below it)"
+                f"{path}: {_named(top.index, top.name)}.sigmas must be at least 1, got "
+                f"{top.rule.sigmas}: the top tier's noise gate is what guards the champion "
+                "(sigmas = 0 makes a screening tier, for the tiers below it)"
             )
         if any(t.rule.sigmas == 0 for t in built[:-1]):  # the top is the one gate: rules.py
             built[-1] = replace(top, rule=replace(top.rule, stacks=True))
@@ -198,8 +198,14 @@ def read_ladder_file(path: Path) -> dict[str, Any]:
         raise LadderConfigError(f"ladder config {path}: cannot be read: {exc}") from None
 
 
+def _named(index: int, name: object) -> str:
+    """How an error names a tier: its place (from 0, as RunSpecs and the ledger count tiers)
+    and, where it has one, its name, so that the table in the file is found at a glance."""
+    return f'tier[{index}] ("{name}")' if isinstance(name, str) and name else f"tier[{index}]"
+
+
 def _tier(index: int, raw: Any, path: str, target: str) -> Tier:
-    where = f"{path}: tier[{index}]"
+    where = f"{path}: {_named(index, raw.get('name') if isinstance(raw, dict) else None)}"
     if not isinstance(raw, dict):
         raise LadderConfigError(f"{where} must be a table")
     command = target == "command"

@@ -171,7 +171,7 @@ async def test_a_capped_tier_gets_its_jobs_in_turn_and_a_restart_loses_none(
     await wait_for_async(_holds(second.caught_up.is_set), 30)
     await asyncio.sleep(1.5)  # past SETTLE_S: the waiting ones are found on no queue
     assert await queued_jobs(js, 0) == 1
-    assert len(second._dispatch.waiting) == len(specs) - 1
+    assert len(second._jobs.dispatch.waiting) == len(specs) - 1
     done: list[str] = []
     for _ in range(len(specs)):  # as a trainer: take the job, publish its result, ack
         sub = await js.pull_subscribe_bind(trainer_consumer_name(0), stream=JOBS_STREAM)
