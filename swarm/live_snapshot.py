@@ -35,6 +35,7 @@ TOTALS_SQL = f"""
 SELECT 'runs' AS what, status AS name, count(*) AS n FROM runs GROUP BY status
 UNION ALL SELECT 'decisions', {SHOWN_VERDICT_SQL}, count(*) FROM decisions GROUP BY ALL
 UNION ALL SELECT 'tiers', CAST(tier AS VARCHAR), count(*) FROM run_specs GROUP BY tier
+UNION ALL SELECT 'unfinished', CAST(tier AS VARCHAR), count(*) FROM unfinished_runs GROUP BY tier
 UNION ALL SELECT 'llm', 'calls', count(*) FROM llm_calls
 -- a cost no BIGINT of micro-dollars holds (a researcher may record any number) reads as -1
 UNION ALL SELECT 'llm', 'micro_usd',
@@ -70,24 +71,28 @@ FROM agents a LEFT JOIN last l ON l.agent = a.agent_id LEFT JOIN in_play p ON p.
 LEFT JOIN notes n ON n.agent = a.agent_id
 WHERE a.role = 'researcher' ORDER BY a.agent_id"""
 
-# The oldest unfinished RunSpecs per tier; a tier's queue is first in, first out, so its first
-# `running` of them are the ones trainers hold. A run's start is its trainer's latest STARTED
-# event (a job handed back, or whose trainer died, starts again elsewhere); a run has none
-# before its event arrives, on an instant target, or from a trainer of an older release.
+# The unfinished RunSpecs per tier, those trainers have started first, then the oldest: the
+# first `running` of them are the ones trainers hold. A tier's work queue is first in, first
+# out, but a capped tier's runs wait in the ladder and go best first (scale_ladder/dispatch.py),
+# so age alone does not say which runs. A run's start is its trainer's latest STARTED event (a
+# job handed back, or whose trainer died, starts again elsewhere); a run has none before its
+# event arrives, on an instant target, or from a trainer of an older release: age decides then.
 EXPERIMENTS_SQL = f"""
 WITH typical AS (
     SELECT tier, median(startup_seconds + train_seconds + eval_seconds) AS typical_s
     FROM runs WHERE status = 'OK' GROUP BY tier),
-shown AS (
-    SELECT run_id, tier, idea_id, seed, created_at,
-           row_number() OVER (PARTITION BY tier ORDER BY created_at) AS place
-    FROM unfinished_runs QUALIFY place <= {MAX_EXPERIMENTS_SHOWN}),
 started AS (
     SELECT detail AS run_id, max(created_at) AS started_at FROM agent_events
-    WHERE kind = 'STARTED' AND detail IN (SELECT run_id FROM shown) GROUP BY detail)
+    WHERE kind = 'STARTED' AND detail IN (SELECT run_id FROM unfinished_runs) GROUP BY detail),
+shown AS (
+    SELECT u.run_id, u.tier, u.idea_id, u.seed, u.created_at, st.started_at,
+           row_number() OVER (
+               PARTITION BY u.tier ORDER BY st.started_at IS NULL, u.created_at) AS place
+    FROM unfinished_runs u LEFT JOIN started st USING (run_id)
+    QUALIFY place <= {MAX_EXPERIMENTS_SHOWN})
 SELECT s.tier, s.idea_id, s.seed, epoch(s.created_at) AS created_s,
-       epoch(st.started_at) AS started_s, t.typical_s, s.place
-FROM shown s LEFT JOIN typical t USING (tier) LEFT JOIN started st USING (run_id)"""
+       epoch(s.started_at) AS started_s, t.typical_s, s.place
+FROM shown s LEFT JOIN typical t USING (tier)"""
 
 # {order}: ASC where lower is better, DESC where higher is; best first either way.
 LEADERBOARD_SQL = f"""
@@ -243,8 +248,7 @@ async def gather_snapshot(
         return replace(base, queues=queues, error="; ".join(dict.fromkeys(problems)))  # unique
     tables = [cast(Answer, a).table.to_pylist() for a in answers]
     totals, agents, experiments, leaderboard, lineage = tables
-    tiers = sorted(set(held) | {int(r["name"]) for r in totals if r["what"] == "tiers"})
-    queues = tuple(TierQueue(t, *held.get(t, (0, 0))) for t in tiers)
+    queues = tier_queues(held, totals)
     running = {q.tier: q.running for q in queues}
     llm = {r["name"]: r["n"] for r in totals if r["what"] == "llm"}
     return replace(
@@ -273,6 +277,21 @@ async def trainer_queues(nc: Client, timeout_s: float) -> dict[int, tuple[int, i
         if info.name.startswith(TRAINERS) and tier.isdigit():
             held[int(tier)] = (info.num_pending or 0, info.num_ack_pending or 0)
     return held
+
+
+def tier_queues(
+    held: dict[int, tuple[int, int]], totals: list[dict[str, Any]]
+) -> tuple[TierQueue, ...]:
+    """Queued and running per tier, from the trainers' consumers (`held`) and TOTALS_SQL's rows.
+    A capped tier's runs wait in the ladder, not on the work queue (scale_ladder/dispatch.py):
+    they are queued too, and the ledger counts them among the tier's unfinished runs."""
+    tiers = sorted(set(held) | {int(r["name"]) for r in totals if r["what"] == "tiers"})
+    unfinished = {int(r["name"]): r["n"] for r in totals if r["what"] == "unfinished"}
+    queues = []
+    for tier in tiers:
+        queued, running = held.get(tier, (0, 0))
+        queues.append(TierQueue(tier, max(queued, unfinished.get(tier, 0) - running), running))
+    return tuple(queues)
 
 
 def experiments_from(

@@ -206,7 +206,8 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
         await publish_event(js, result)
     # Tier 0 has trainers: three jobs queued five minutes ago, then two taken (running); the
     # first started 25 s ago (its first start, 200 s ago, was on a trainer that died), the
-    # second's start is not known. Tier 2 has only a RunSpec.
+    # second's start is not known. Tier 2 is capped: its older RunSpec waits in the ladder (no
+    # job, scale_ladder/dispatch.py) while a newer one, sent first, runs.
     await ensure_trainer_consumer(js, 0)
     specs = [
         RunSpec(new_id("run"), 0, seed, 2, BudgetKind.SECONDS, 1.0, created_at=t - 300 + seed)
@@ -214,12 +215,21 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
     ]
     for spec in specs:
         await enqueue_run(js, spec)
-    await publish_event(js, RunSpec(new_id("run"), 2, 0, 2, BudgetKind.SECONDS, 1.0, "idea-a"))
+    waiting, sent = (
+        RunSpec(new_id("run"), 2, seed, 2, BudgetKind.SECONDS, 1.0, "idea-a", created_at=t - ago)
+        for seed, ago in ((0, 100), (1, 50))
+    )
+    await publish_event(js, waiting)
+    await ensure_trainer_consumer(js, 2, 1)
+    await enqueue_run(js, sent)
     trainer = await js.pull_subscribe_bind(trainer_consumer_name(0), JOBS_STREAM)
     taken = await trainer.fetch(2, timeout=5)
     assert [m.subject for m in taken] == [job_subject(0)] * 2
-    for key, ago in (("started-a", 200), ("started-b", 25)):
-        start = AgentEvent(key, "trainer-0", AgentEventKind.STARTED, "trainer", specs[0].run_id)
+    top = await js.pull_subscribe_bind(trainer_consumer_name(2), JOBS_STREAM)
+    taken += await top.fetch(1, timeout=5)
+    starts = (("started-a", specs[0], 200), ("started-b", specs[0], 25), ("started-c", sent, 10))
+    for key, spec, ago in starts:
+        start = AgentEvent(key, "trainer-0", AgentEventKind.STARTED, "trainer", spec.run_id)
         await publish_event(js, replace(start, created_at=t - ago))
 
     async def all_in() -> bool:
@@ -229,7 +239,7 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
             " + (SELECT count(*) FROM agent_events WHERE kind = 'STARTED') AS n"
         )
         n = (await ask_ledger(nc, sql, 5)).table.column("n")[0].as_py()
-        return bool(n == len(results) + 7)
+        return bool(n == len(results) + 9)
 
     await wait_for_async(all_in, 20)
     found = await gather_snapshot(nc, time.monotonic() - 60, 10.0, 100)
@@ -241,15 +251,20 @@ async def test_gather_snapshot_reads_the_ledger_and_the_queues(
         (r1, 0, f"stopped: {spent}"),  # why it no longer proposes
     ]
     assert (found.llm_calls, found.llm_usd) == (1, 1.01) and "LLM $1.0100 (1 calls)" in found.line()
-    assert found.queues == (TierQueue(0, 1, 2), TierQueue(2, 0, 0))
+    # The run waiting in the ladder is queued; the one sent after it runs.
+    assert found.queues == (TierQueue(0, 1, 2), TierQueue(2, 1, 1))
     running = [e for e in found.experiments if e.running]
-    assert [(e.tier, e.seed, e.idea_id) for e in running] == [(0, 0, ""), (0, 1, "")]
-    started, unknown = running
+    assert [(e.tier, e.seed, e.idea_id) for e in running] == [
+        (2, 1, "idea-a"),
+        (0, 0, ""),
+        (0, 1, ""),
+    ]
+    _, started, unknown = running
     # Measured from its latest start (~25 s of ~50 s), not from its RunSpec (300 s: 0.99).
     assert started.age_s >= 300 and started.run_s is not None and 24 < started.run_s < 40
     assert started.progress is not None and 0.4 < started.progress < 0.8
     assert unknown.age_s >= 299 and (unknown.run_s, unknown.progress) == (None, None)
-    assert len(found.experiments) == 4  # the rest are queued, with no progress estimate
+    assert len(found.experiments) == 5  # the rest are queued, with no progress estimate
     assert all(e.progress is None for e in found.experiments if not e.running)
     console = plain_console()
     console.print(render(found))

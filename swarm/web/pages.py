@@ -19,6 +19,7 @@ from swarm.live_snapshot import (
     TOTALS_SQL,
     brain_and_persona,
     experiments_from,
+    tier_queues,
     usd_of,
 )
 from swarm.web.source import Source, rows
@@ -105,8 +106,8 @@ async def overview(source: Source, lower_is_better: bool) -> dict[str, Any]:
     )
     held, *tables = await asyncio.gather(source.queues(), *(rows(source, sql) for sql in sqls))
     totals, agents, experiments, board, lineage, decisions, correlation, llm, dead = tables
-    tiers = sorted(set(held) | {int(r["name"]) for r in totals if r["what"] == "tiers"})
-    running = {t: held.get(t, (0, 0))[1] for t in tiers}
+    queues = tier_queues(held, totals)
+    running = {q.tier: q.running for q in queues}
     now = time.time()
     researchers = []
     for a in agents:
@@ -128,9 +129,7 @@ async def overview(source: Source, lower_is_better: bool) -> dict[str, Any]:
             "runs": sum(by["runs"].values()),
             "llm_calls": by["llm"].get("calls", 0),
             "llm_usd": usd_of(by["llm"].get("micro_usd", 0)),
-            "queues": [
-                {"tier": t, "queued": held.get(t, (0, 0))[0], "running": running[t]} for t in tiers
-            ],
+            "queues": [{"tier": q.tier, "queued": q.queued, "running": q.running} for q in queues],
             "experiments": [
                 {
                     "tier": e.tier,
