@@ -37,6 +37,7 @@ from bench.search.sim import Config, Job, Param, Problem, Value
 from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
 from recipes.constants import constants, format_value
 from scale_ladder.admission import patched_source
+from scale_ladder.dispatch import priority
 from scale_ladder.ladder import Ladder
 from scale_ladder.rules import PromotionRule
 from scale_ladder.tiers import Tier, load_ladder
@@ -149,6 +150,10 @@ class SwarmMethod:
         brain: str = "tpe",
         screen: int = 1,  # candidates a heuristic researcher draws per idea (1: no screening)
         screens: bool = True,  # screening tiers below a deterministic top (deterministic())
+        # honour each tier's max_concurrent, as the trainers' consumers do (published figures
+        # before 2026-11-29 did not), and send a capped tier's runs first come or best first
+        caps: bool = False,
+        best_first: bool = True,
     ) -> None:
         self.name = name
         self.problem = problem
@@ -197,6 +202,9 @@ class SwarmMethod:
         ]
         self.shared = SharedHistory(history, self.researchers)
         self.queue: list[deque[RunSpec]] = [deque() for _ in tiers]
+        self.caps = {t.index: t.max_concurrent for t in tiers if caps and t.max_concurrent > 0}
+        self.best_first = best_first
+        self.running = [0 for _ in tiers]
         self.turn = 0  # researchers are asked in turn
         self.loop = asyncio.new_event_loop()
         self.skipped = 0
@@ -216,11 +224,13 @@ class SwarmMethod:
                 continue
             config = spec_config(self.ladder, self.problem.params, spec)
             cost = self.problem.rung_costs[spec.tier]
+            self.running[spec.tier] += 1
             return Job(config, spec.tier, spec.seed, cost, key=spec)
 
     def tell(self, job: Job, loss: float) -> None:
         assert isinstance(job.key, RunSpec)
         self.told += 1
+        self.running[job.key.tier] -= 1
         self._result(job.key, RunStatus.OK, loss)
 
     def incumbent(self) -> Config:
@@ -235,12 +245,23 @@ class SwarmMethod:
 
     def _next_spec(self) -> RunSpec | None:
         for _ in range(len(self.researchers) + 1):
-            for queue in reversed(self.queue):  # highest tier first, as the trainers take them
-                if queue:
-                    return queue.popleft()
+            for tier in reversed(range(len(self.queue))):  # highest first, as trainers take them
+                if self.queue[tier] and self.running[tier] < self.caps.get(tier, 1 << 30):
+                    return self._pop(tier)
             if not self._propose():
                 return None
         return None
+
+    def _pop(self, tier: int) -> RunSpec:
+        """The tier's next run: a capped tier's best first, as the ladder service sends them
+        (scale_ladder/dispatch.py; runs for an older champion first, they cost nothing)."""
+        queue = self.queue[tier]
+        if tier not in self.caps or not self.best_first:
+            return queue.popleft()
+        current = self.ladder.current
+        best = min(queue, key=lambda s: (s.champion_version >= current, priority(self.ladder, s)))
+        queue.remove(best)
+        return best
 
     def _propose(self) -> bool:
         """One idea from the next researcher that has one; False when none does."""
