@@ -182,7 +182,7 @@ def test_bad_config_stops_start_naming_the_key(tmp_path: Path) -> None:
     ladder.write_text('[[tier]]\nname = "t0"\nseeds = 2\n')
     config.write_text(f'[ladder]\npath = "{ladder}"\n')
     done = run_swarm(tmp_path / "ws", "--config", str(config), "start")
-    assert done.returncode == 2 and "tier[0]: missing key depth" in done.stderr
+    assert done.returncode == 2 and 'tier[0] ("t0"): missing key depth' in done.stderr
     assert not (tmp_path / "ws").exists()  # nothing ran
 
 

@@ -112,7 +112,7 @@ def test_a_direct_entry_meets_the_gates_it_skipped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("where", "value", "says"),
-    [("small", "1.0", "tier[0].direct_entries must be 0"), ("large", "1.5", "in [0, 1]")],
+    [("small", "1.0", 'tier[0] ("small").direct_entries must be 0'), ("large", "1.5", "in [0, 1]")],
 )
 def test_a_bad_setting_is_refused_with_its_reason(
     tmp_path: Path, where: str, value: str, says: str

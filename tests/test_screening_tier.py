@@ -82,16 +82,22 @@ def test_the_loader_takes_a_screening_tier_below_the_top_only(tmp_path: Path) ->
     # With a noise gate at every tier, the gates below already guard the top: no extra asks.
     assert not load_tiers(ladder_file(tmp_path, ""))[1].rule.stacks
     for top in ("sigmas = 0\n", "sigmas = 1e-300\n", "sigmas = 0.5\n"):
-        with pytest.raises(LadderConfigError, match=r"tier\[1\]\.sigmas must be at least 1"):
+        with pytest.raises(
+            LadderConfigError, match=r'tier\[1\] \("\w+"\)\.sigmas must be at least 1'
+        ):
             load_tiers(ladder_file(tmp_path, "", top))
-    with pytest.raises(LadderConfigError, match=r"tier\[0\]\.sigmas must be positive \(or 0"):
+    with pytest.raises(
+        LadderConfigError, match=r'tier\[0\] \("\w+"\)\.sigmas must be positive \(or 0'
+    ):
         load_tiers(ladder_file(tmp_path, "sigmas = -1"))
     # One seed gives no noise estimate: such a tier could pass nothing (found by a red team).
     one_seed = ladder_file(tmp_path, "sigmas = 0")
     one_seed.write_text(
         one_seed.read_text().replace("seeds = 2\nmax_seeds = 4", "seeds = 1\nmax_seeds = 1", 1)
     )
-    with pytest.raises(LadderConfigError, match=r"tier\[0\]\.max_seeds must be at least 2"):
+    with pytest.raises(
+        LadderConfigError, match=r'tier\[0\] \("\w+"\)\.max_seeds must be at least 2'
+    ):
         load_tiers(one_seed)
 
 

@@ -121,7 +121,7 @@ def test_shipped_ladder_loads() -> None:
         (
             "[[tier]]\nname='t'\ndepth=0\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
             "time_limit_s=1\neval_tokens=1\nseeds=1\n",
-            r"tier\[0\].depth must be positive",
+            r'tier\[0\] \("t"\)\.depth must be positive',
         ),
         (
             "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='flops'\nbudget=1\n"
