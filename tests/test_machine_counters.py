@@ -10,8 +10,9 @@ evaluation process makes no pipe and no thread: a new pipe's inode number is the
 counter, and a new thread's id the pid counter, which the next process reads back the same
 way. No stage may watch files (inotify told a training process each time another run's
 evaluation opened a file), and an evaluation process takes no file lock (a lock on a file every
-run reads is a bit) and sets no priority of its own (any process reads another's). Both
-stages are checked in one real sandboxed run through the real trainer."""
+run reads is a bit) and sets no priority of its own (any process reads another's). No stage
+reads another process's CPU clock (a process moves its own by computing). Both stages are
+checked in one real sandboxed run through the real trainer."""
 
 from __future__ import annotations
 
@@ -73,9 +74,20 @@ PROBE = f"""    import os
             nice = "set"
         except OSError as exc:
             nice = f"{{type(exc).__name__}} {{exc.errno}}"
+        import time
+
+        def cpu_clock(pid):  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+            try:
+                time.clock_gettime(((~pid) << 3) | 2)
+                return "read"
+            except OSError as exc:
+                return f"errno {{exc.errno}}"
+
+        # another process's CPU time moves as it computes: what it spins is a message
+        clock = f"{{cpu_clock(os.getpid())}}/{{cpu_clock(os.getppid())}}"
         cpus = f"CPUS {{os.cpu_count()}} {{len(os.sched_getaffinity(0))}}"
         kernel = f"PIPE {{pipe}} THREAD {{thread}} WATCH {{watch}} LOCK {{lock}} NICE {{nice}}"
-        return f"COUNTERS {{found}} {{cpus}} {{kernel}}"
+        return f"COUNTERS {{found}} {{cpus}} {{kernel}} CLOCK {{clock}}"
 
     print(probe(), flush=True)
 """
@@ -113,11 +125,12 @@ def test_no_stage_reads_or_watches_what_others_do_and_evaluation_leaves_no_trace
     # training makes pipes and threads and takes locks (torch may); an evaluation process, which
     # talks only over the pipes it was given, computes on one thread and writes nothing, may not;
     # neither may watch files (EPERM from seccomp)
-    in_training = f"{expected} PIPE made THREAD started WATCH errno 1 LOCK taken NICE set"
+    clock = "CLOCK read/errno 1"  # its own CPU time, not another process's
+    in_training = f"{expected} PIPE made THREAD started WATCH errno 1 LOCK taken NICE set {clock}"
     assert in_training in result.log_tail, result.log_tail[-1500:]
     assert result.status == RunStatus.CRASH, (result.reason, result.log_tail[-1500:])
     in_evaluation = (
         f"ValueError: {expected} PIPE PermissionError 1 THREAD RuntimeError can't start new thread"
-        " WATCH errno 1 LOCK PermissionError 1 NICE PermissionError 1"
+        f" WATCH errno 1 LOCK PermissionError 1 NICE PermissionError 1 {clock}"
     )
     assert result.reason.endswith(in_evaluation), result.reason

@@ -13,8 +13,9 @@ Applied in the experiment's own process, before any recipe code is imported:
   limit); on CUDA a Unix socket and a memfd, which its driver makes at start, but never
   connect(); no bind() or listen() on the CPU (an abstract Unix name is a message other
   processes can read), no watching files (inotify, fanotify), no change to another process's
-  scheduling (nice, policy, affinity, I/O priority), no new pipe, thread, perf event, file lock
-  or priority of its own in an evaluation process (counters and state another process reads),
+  scheduling (nice, policy, affinity, I/O priority) and no reading of its CPU clock, no new
+  pipe, thread, perf event, file lock or priority of its own in an evaluation process
+  (counters and state another process reads),
   no io_uring (it would bypass these checks), no new namespace, no rlimit set on another
   process, no SysV IPC, POSIX message queue, keyring or memfd_secret (state that outlives the
   run), no probing or evicting the page cache (mincore, cachestat, fadvise, readahead,

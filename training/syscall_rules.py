@@ -68,6 +68,11 @@ class _Abi:
     # reniced, idled and pinned another run's process (none holds a capability, so the kernel
     # let it), and PRIO_USER would renice every process of the trainer's user.
     scheduling: tuple[tuple[int, int, int], ...] = ()
+    # What names a clock by its first argument: clock_gettime, clock_getres, clock_nanosleep,
+    # timer_create, clock_adjtime. A negative id below -8 is another process's or thread's CPU
+    # clock: a red team's evaluation process read a training process's CPU time as it spun in
+    # timed bursts (8 of 8 bytes, both ways; no /proc needed, a missing pid answers EINVAL).
+    clocks: tuple[int, ...] = ()
 
 
 ABIS = {
@@ -105,6 +110,7 @@ ABIS = {
             (314, -1, 0),
             (251, 1, 1),
         ),
+        clocks=(228, 229, 230, 222, 305),
     ),
     "aarch64": _Abi(
         0xC00000B7,
@@ -137,6 +143,7 @@ ABIS = {
             (274, -1, 0),
             (30, 1, 1),
         ),
+        clocks=(113, 114, 115, 107, 266),
     ),
 }
 _AF_UNIX, _CLONE_THREAD = 1, 0x00010000
@@ -199,6 +206,10 @@ class SyscallRules:
     # ...and another process's (CUDA only, until a GPU shows its driver starts without it:
     # bench/cuda_sandbox.py, "own scheduling")
     others_scheduling: bool = False
+    # Reading another process's or thread's CPU clock (its CPU time, to the nanosecond). A
+    # process moves its own just by computing, so what another reads is a message, both ways
+    # (_Abi.clocks). Its own clocks, and the system's, stay readable.
+    others_clocks: bool = False
 
 
 # An experiment of ours on the CPU: threads, and the pipes and files it was given.
@@ -216,11 +227,22 @@ EVALUATION = SyscallRules(
 # CUDA experiments have no address-space limit for a memfd to escape, and exec stays denied.
 # bind stays allowed until a GPU shows CUDA starts without it (bench/cuda_sandbox.py, "no bind").
 GPU_EXPERIMENT = SyscallRules(
-    memfd=True, unix_sockets=True, connects=False, watches=True, others_scheduling=True
+    memfd=True,
+    unix_sockets=True,
+    connects=False,
+    watches=True,
+    others_scheduling=True,
+    others_clocks=True,
 )
 # A command target runs a shell and its toolchain (which keeps Unix sockets).
 COMMAND = SyscallRules(
-    forks=True, execs=True, memfd=True, unix_sockets=True, page_cache=True, watches=True
+    forks=True,
+    execs=True,
+    memfd=True,
+    unix_sockets=True,
+    page_cache=True,
+    watches=True,
+    others_clocks=True,
 )
 
 
@@ -270,6 +292,14 @@ def restrict_syscalls(rules: SyscallRules = EXPERIMENT) -> str:
         prog += [(jeq, 0, 5 + len(check), number), *check, (ld, 0, 0, arg0 + 8 * pid)]
         prog += [(jeq, 1, 0, 0), (jeq, 0, 1, own), (ret, 0, 0, allow), (ret, 0, 0, deny)]
         prog += [(ld, 0, 0, nr)]
+    # A clock: the system's (ids from 0), its own process's and thread's CPU clocks (-8..-1),
+    # and its own process's by pid (glibc's clock_getcpuclockid(getpid()) makes one); another
+    # process's or thread's CPU clock is denied. The kernel reads the id as an int: its low half.
+    mine = ((~own) << 3) & 0xFFFFFFFF  # MAKE_PROCESS_CPUCLOCK(own pid, 0): 8 ids from here
+    for number in abi.clocks if not rules.others_clocks else ():
+        prog += [(jeq, 0, 7, number), (ld, 0, 0, arg0), (jge, 0, 4, 0x80000000)]
+        prog += [(jge, 3, 0, 0xFFFFFFF8), (jge, 0, 1, mine), (jge, 0, 1, mine + 8)]
+        prog += [(ret, 0, 0, deny), (ret, 0, 0, allow), (ld, 0, 0, nr)]
     # prlimit64: only on itself (pid 0), as setrlimit and getrlimit call it.
     prog += [(jeq, 0, 4, abi.prlimit), (ld, 0, 0, arg0), (jeq, 0, 1, 0)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
