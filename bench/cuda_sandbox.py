@@ -32,10 +32,13 @@ VARIANTS: dict[str, tuple[bool, str, sandbox.SyscallRules | None]] = {
     "no bind": (True, "", replace(G, binds=False)),  # if OK, GPU_EXPERIMENT can deny bind too
     "no watches": (True, "", replace(G, watches=False)),  # if OK, it can deny inotify too
     "own scheduling": (True, "", replace(G, others_scheduling=False)),  # if OK, so can the GPU
+    "own clocks": (True, "", replace(G, others_clocks=False)),  # if OK, so can the GPU
     "evaluation": (
         True,
         "",
-        replace(G, new_pipes=False, threads=False, locks=False, scheduling=False),
+        replace(
+            G, new_pipes=False, threads=False, locks=False, scheduling=False, others_clocks=False
+        ),
     ),
     "cpu rules": (True, "", sandbox.EXPERIMENT),
     "no task writes": (True, "/proc/self/task", G),
