@@ -82,7 +82,7 @@ class LadderService:
         self._specs: set[str] = set()  # run ids of the RunSpecs in the stream (with max_specs)
         self._held: set[str] = set()  # RunSpecs past max_specs: made by the ladder, never sent
         # recipes, jobs, and a capped tier's jobs waiting their turn
-        self._jobs = WorkQueue(self.js, ladder)
+        self._jobs = WorkQueue(self.js, {t.index: t.max_concurrent for t in ladder.tiers})
         self._stream = ""  # when the event stream was created (a snapshot names it)
         # Messages it made that the stream may not have (the state has them): given up on at a
         # stop, or a publish under way (cut short by a cancel). No snapshot then.
@@ -215,7 +215,7 @@ class LadderService:
                     and run_id not in self._held
                     and run_id not in self._jobs
                 ]
-                await self._jobs.put_back(lost)
+                await self._jobs.put_back(self.ladder, lost)
             if lost:
                 log.warning("put back %d lost jobs: %s", len(lost), [s.run_id for s in lost])
         except asyncio.CancelledError:
@@ -259,7 +259,7 @@ class LadderService:
                 return
             self._failed = ""
             await self._publish(self._within_limit(made))
-            await self._jobs.release()
+            await self._jobs.release(self.ladder)
 
     def _within_limit(self, messages: list[Message]) -> list[Message]:
         """The messages, less the RunSpecs past max_specs. Those stay in the ladder's state
@@ -304,12 +304,12 @@ class LadderService:
         # A capped tier's jobs wait in the dispatch; their events go out with the rest.
         specs = [m for m in messages if isinstance(m, RunSpec) and not self._jobs.keep(m)]
         try:
-            await self._jobs.store_recipes(specs)
+            await self._jobs.store_recipes(self.ladder, specs)
             jobs = await asyncio.gather(
                 *(enqueue_job(self.js, s) for s in specs), return_exceptions=True
             )
         except Exception as exc:  # no job without its recipe: each alone, recipe first
-            log.warning("storing recipes failed (%s); retrying", exc)
+            log.warning("storing recipes failed (%s: %s); retrying", type(exc).__name__, exc)
             jobs = [exc] * len(specs)
         for spec, outcome in zip(specs, jobs, strict=True):
             if isinstance(outcome, BaseException):  # again, alone (ids make repeats harmless)
@@ -331,7 +331,8 @@ class LadderService:
                 await self._publish_one(message)
                 return
             except Exception as exc:  # the bus is down or slow: the state already has it
-                log.warning("publishing %s failed (%s); retrying", message.event_id, exc)
+                why = f"{type(exc).__name__}: {exc}"
+                log.warning("publishing %s failed (%s); retrying", message.event_id, why)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), RETRY_S)
         self._gave_up = True
@@ -339,7 +340,7 @@ class LadderService:
 
     async def _publish_one(self, message: Message) -> None:
         if isinstance(message, RunSpec) and message.run_id not in self._jobs:
-            await self._jobs.store_recipes([message])
+            await self._jobs.store_recipes(self.ladder, [message])
             await enqueue_run(self.js, message)
         elif isinstance(message, ChampionChange):
             await self.store.put(message.version, message.source)

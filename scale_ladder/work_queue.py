@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
 from nats.js import JetStreamContext
 
@@ -23,11 +24,13 @@ log = logging.getLogger(__name__)
 
 
 class WorkQueue:
-    def __init__(self, js: JetStreamContext, ladder: Ladder) -> None:
+    """The ladder's state comes with each call: the service replaces its Ladder with the one its
+    snapshot holds at start (a Ladder kept from construction named no champion then)."""
+
+    def __init__(self, js: JetStreamContext, caps: Mapping[int, int]) -> None:
         self.js = js
-        self.ladder = ladder
         self.recipes = RecipeStore(js)
-        self.dispatch = Dispatch({t.index: t.max_concurrent for t in ladder.tiers})
+        self.dispatch = Dispatch(caps)  # tier -> max_concurrent
 
     def __contains__(self, run_id: object) -> bool:
         """The run's job waits here (a capped tier's)."""
@@ -37,11 +40,11 @@ class WorkQueue:
         """Keep the job back if its tier is capped; False: send it now."""
         return self.dispatch.park(spec)
 
-    async def store_recipes(self, specs: list[RunSpec]) -> None:
+    async def store_recipes(self, ladder: Ladder, specs: list[RunSpec]) -> None:
         """Put the recipes these RunSpecs name in the recipe store, each once: before their jobs,
         so a trainer that takes a job finds its recipe (recipes/store.py)."""
         recipes = {
-            s.recipe_sha: self.ladder.recipe_of(s.champion_version, s.patch)
+            s.recipe_sha: ladder.recipe_of(s.champion_version, s.patch)
             for s in specs
             if s.recipe_sha
         }
@@ -50,7 +53,7 @@ class WorkQueue:
             if named != sha:  # a RunSpec this ladder did not make so: say so
                 log.error("RunSpec recipe %s is not what its champion and patch make", named[:80])
 
-    async def release(self) -> None:
+    async def release(self, ladder: Ladder) -> None:
         """Send each capped tier's best waiting jobs while its queue has room (dispatch.py).
         One that fails to go out waits again, for the next act (a second at most)."""
         for tier in self.dispatch.tiers():
@@ -61,23 +64,23 @@ class WorkQueue:
                 continue
             if queued is None:  # no trainer of this tier yet: sent once one is there
                 continue
-            for parked in self.dispatch.release(self.ladder, tier, queued):
+            for parked in self.dispatch.release(ladder, tier, queued):
                 send = requeue_job if parked.again else enqueue_job
                 try:
-                    await self.store_recipes([parked.spec])
+                    await self.store_recipes(ladder, [parked.spec])
                     await send(self.js, parked.spec)
                 except Exception as exc:
                     log.warning("sending job %s failed (%s)", parked.spec.run_id, exc)
                     self.dispatch.park(parked.spec, parked.again)
 
-    async def put_back(self, lost: list[RunSpec]) -> None:
+    async def put_back(self, ladder: Ladder, lost: list[RunSpec]) -> None:
         """Jobs of runs with no result on no queue: again, under a new message id (a capped
         tier's wait their turn here). One whose recipe cannot be made is left, said so."""
         for spec in lost:
             if self.dispatch.park(spec, again=True):
                 continue
             try:
-                await self.store_recipes([spec])
+                await self.store_recipes(ladder, [spec])
             except (NotAdmitted, KeyError) as exc:  # no recipe to make: the rest go on
                 log.error("lost job %s not put back: %s", spec.run_id, exc)
                 continue

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 import scale_ladder.service as service
 from bus.champion_store import champion_bucket
 from bus.messages import Idea, Message, RunSpec
-from bus.nats_bus import publish_event
+from bus.nats_bus import publish_event, queued_run_ids
 from bus.snapshot_file import Checkpoint
 from scale_ladder import snapshot
 from scale_ladder.admission import patched_source
@@ -113,6 +113,12 @@ async def test_a_restart_reads_only_the_events_after_its_snapshot(
     assert f"from its snapshot at event {folded}" in caplog.text
     assert resumed.seqs and min(resumed.seqs) > folded  # only the tail was read
     assert "idea-late" in resumed.service.ladder.ideas
+    # ...and its jobs went to the trainers: the recipes they name come from the restored state
+    # (a work queue kept with the ladder it was built with sent none after a restart)
+    late_runs = {
+        r for r, s in resumed.service.ladder.runs.unfinished.items() if s.idea_id == "idea-late"
+    }
+    assert late_runs and late_runs <= await queued_run_ids(nc.jetstream())
     await resumed.run_all(nc)
     await resumed.close()
 
