@@ -26,10 +26,10 @@ WHERE idea_id = '' AND tier = 0 AND status <> 'SKIPPED'
 ORDER BY finished_at"""
 
 
-async def broken_champion(nc: Client, timeout_s: float, since: float) -> str:
+async def broken_champion(nc: Client, timeout_s: float, since: float, swarm: str = "swarm") -> str:
     """Why the champion cannot be measured at tier 0, judged on its runs finished since
     `since` (epoch seconds), or "" while it can (or is not run yet, or the ledger is not
-    answering: the next look asks again)."""
+    answering: the next look asks again). `swarm` is how the hint names this program."""
     sql = BASELINE_SQL.format(since=float(since))
     try:
         rows = (await ask_ledger(nc, sql, timeout_s)).table.to_pylist()
@@ -43,6 +43,6 @@ async def broken_champion(nc: Client, timeout_s: float, since: float) -> str:
     return (
         f"the champion's own runs at tier 0 all failed ({len(rows)} of {len(rows)}): every idea "
         f"would be judged against nothing. The last one: {last['status']}: "
-        f"{for_terminal(str(last['reason']))}{shown}\nTry it by hand (`swarm run --tier 0`), fix "
+        f"{for_terminal(str(last['reason']))}{shown}\nTry it by hand (`{swarm} run --tier 0`), fix "
         "the command or the config, and start again."
     )

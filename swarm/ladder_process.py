@@ -35,7 +35,10 @@ def target_info(config: SwarmConfig) -> TargetInfo:
     require_target_keys(config, ("edit", "metric"))
     project = Path(t.project).resolve()
     if not (project / t.edit).is_file():
-        raise ConfigError(f"--edit {t.edit}: no such file in {project}")
+        raise ConfigError(
+            f"the editable file {t.edit!r} (target.edit in swarm.toml, or --edit): no such file "
+            f"in {project}"
+        )
     return TargetInfo("command", t.edit, t.metric, t.direction == "minimize", project / t.edit)
 
 

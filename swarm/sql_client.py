@@ -35,7 +35,8 @@ def read_file(workspace: Workspace, config: SwarmConfig, sql: str) -> Answer:
     path = workspace.ledger_path
     if not path.exists():
         raise LedgerUnavailable(
-            f"no ledger at {path}: start a swarm first (`swarm start`) or pass --workspace"
+            f"no ledger at {path}: no swarm has run in {workspace.root} (start one with "
+            "`swarm start`, or name another workspace with --workspace)"
         )
     try:
         con = open_database(path, read_only=True)

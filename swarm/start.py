@@ -37,6 +37,7 @@ from swarm.config import SwarmConfig, dump_config, listen_address, with_override
 from swarm.config_files import ladder_path
 from swarm.errors import SwarmError
 from swarm.event_loop import stop_on_signals
+from swarm.follow_up import swarm_command
 from swarm.ladder_process import make_ladder, target_info
 from swarm.live_snapshot import gather_snapshot
 from swarm.live_view import LiveView
@@ -166,7 +167,8 @@ async def start_swarm(
                 keepers = [group.create_task(child.keep_alive()) for child in children]
                 if server is not None:
                     keepers.append(group.create_task(_keep_server_alive(server)))
-                report = _report(nc, config, out, stop, minutes, failures, since)
+                swarm = swarm_command(workspace.root)  # how a hint names this program
+                report = _report(nc, config, out, stop, minutes, failures, since, swarm)
                 reporter = group.create_task(report)
                 deadline = None if minutes is None else time.monotonic() + minutes * 60
                 await _wait(stop, deadline, out)
@@ -341,6 +343,7 @@ async def _report(
     minutes: float | None,
     failures: list[str],
     since: float,
+    swarm: str,
 ) -> None:
     """The live view (a rich screen on a terminal, one line per update in a log), and the
     experiment limit: the swarm stops once the ledger holds that many results."""
@@ -356,7 +359,7 @@ async def _report(
                 snapshot = await gather_snapshot(
                     nc, started, minutes, limit, timeout, lower_is_better
                 )
-                broken = await broken_champion(nc, timeout, since)
+                broken = await broken_champion(nc, timeout, since, swarm)
             except (NatsError, TimeoutError) as exc:  # the bus is busy or reconnecting: say so
                 print(f"swarm: bus not answering ({exc or type(exc).__name__})", file=out)
                 continue

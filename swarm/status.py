@@ -16,6 +16,9 @@ TABLES = ("ideas", "run_specs", "runs", "decisions", "champions", "traces", "dea
 COUNTS = {
     "researchers": "SELECT count(*) FROM agents WHERE role = 'researcher'",
     **{table: f"SELECT count(*) FROM {table}" for table in TABLES},
+    # runs with no result: running, on the work queue (jobs_queued), or a capped tier's waiting
+    # their turn in the ladder (scale_ladder/dispatch.py), which no queue shows
+    "unfinished": "SELECT count(*) FROM unfinished_runs",
 }
 COUNTED = tuple(COUNTS)
 COUNTS_SQL = "SELECT " + ", ".join(f"({sql}) AS {name}" for name, sql in COUNTS.items())

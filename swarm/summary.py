@@ -24,6 +24,7 @@ BASELINES_SQL = """SELECT tier, champion_version AS version, seed, min(metric) A
 SIGMA_SQL = """SELECT tier, median(sigma) AS sigma FROM decisions
     WHERE sigma IS NOT NULL GROUP BY tier"""
 LATEST_SQL = "SELECT max(version) AS v FROM champions"
+UNFINISHED_SQL = "SELECT tier, count(*) AS n FROM unfinished_runs GROUP BY tier ORDER BY tier"
 # Tiers held as a whole (no idea: the champion scores the same on every seed), latest first.
 HELD_SQL = """SELECT tier, arg_max(rule, created_at) AS rule FROM decisions
     WHERE idea_id = '' AND verdict = 'HELD' GROUP BY tier ORDER BY tier"""
@@ -55,6 +56,11 @@ def summary_text(config: SwarmConfig, workspace: Workspace) -> str:
     total = sum(int(r["n"]) for r in runs)  # type: ignore[call-overload]
     by_status = ", ".join(f"{r['status']} {r['n']}" for r in runs) or "none"
     lines = [f"experiments run: {total} ({by_status})"]
+    unfinished = rows(UNFINISHED_SQL)
+    if unfinished:  # cut short or still waiting at the stop: a start on this workspace runs them
+        where = ", ".join(f"tier {r['tier']} {r['n']}" for r in unfinished)
+        left = sum(int(r["n"]) for r in unfinished)  # type: ignore[call-overload]
+        lines.append(f"unfinished at the stop: {left} ({where}); a start here runs them again")
     verdicts: dict[int, list[str]] = {}
     for r in rows(VERDICTS_SQL):
         verdicts.setdefault(int(r["tier"]), []).append(f"{r['verdict']} {r['n']}")  # type: ignore[call-overload]

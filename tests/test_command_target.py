@@ -225,3 +225,22 @@ def test_capabilities_are_dropped(project: Path) -> None:
     result = run(project, "grep -E '^Cap(Prm|Eff)' /proc/self/status; python3 train.py")
     assert result.status == RunStatus.OK, (result.reason, result.log_tail)
     assert "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000" in result.log_tail
+
+
+def test_an_editable_file_missing_from_the_project_is_named_with_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    """The name comes from swarm.toml's target.edit as often as from --edit: the error says
+    both, not only the flag a user never typed."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('val_loss: 1.0')\n")
+    config = tmp_path / "swarm.toml"
+    config.write_text(
+        f'[target]\nkind = "command"\nproject = "{project}"\nedit = "trian.py"\n'
+        'run = "python train.py"\nmetric = "val_loss"\n'
+    )
+    done = run_swarm(tmp_path / "ws", "--config", str(config), "run", "--tier", "0")
+    assert done.returncode == 2
+    assert "the editable file 'trian.py' (target.edit in swarm.toml, or --edit)" in done.stderr
+    assert f"no such file in {project}" in done.stderr and "Traceback" not in done.stderr
