@@ -215,9 +215,12 @@ class LadderService:
                     and run_id not in self._held
                     and run_id not in self._jobs
                 ]
-                await self._jobs.put_back(self.ladder, lost)
-            if lost:
-                log.warning("put back %d lost jobs: %s", len(lost), [s.run_id for s in lost])
+                parked = await self._jobs.put_back(self.ladder, lost)
+            if parked:  # a capped tier's, waiting their turn at the stop: not lost
+                log.info("%d jobs of capped tiers wait their turn again", len(parked))
+            again = [s.run_id for s in lost if s.run_id not in parked]
+            if again:
+                log.warning("put back %d lost jobs: %s", len(again), again)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the bus is down: the next start looks again

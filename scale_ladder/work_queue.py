@@ -69,15 +69,21 @@ class WorkQueue:
                 try:
                     await self.store_recipes(ladder, [parked.spec])
                     await send(self.js, parked.spec)
-                except Exception as exc:
-                    log.warning("sending job %s failed (%s)", parked.spec.run_id, exc)
+                except (NotAdmitted, KeyError) as exc:  # no recipe to make, now or ever
+                    log.error("job %s not sent: %s", parked.spec.run_id, exc)
+                except Exception as exc:  # the bus: it waits again
+                    why = f"{type(exc).__name__}: {exc}"
+                    log.warning("sending job %s failed (%s)", parked.spec.run_id, why)
                     self.dispatch.park(parked.spec, parked.again)
 
-    async def put_back(self, ladder: Ladder, lost: list[RunSpec]) -> None:
-        """Jobs of runs with no result on no queue: again, under a new message id (a capped
-        tier's wait their turn here). One whose recipe cannot be made is left, said so."""
+    async def put_back(self, ladder: Ladder, lost: list[RunSpec]) -> set[str]:
+        """Jobs of runs with no result on no queue: again, under a new message id; a capped
+        tier's wait their turn here (their run ids are returned). One whose recipe cannot be
+        made is left, said so."""
+        waiting: set[str] = set()
         for spec in lost:
             if self.dispatch.park(spec, again=True):
+                waiting.add(spec.run_id)
                 continue
             try:
                 await self.store_recipes(ladder, [spec])
@@ -85,3 +91,4 @@ class WorkQueue:
                 log.error("lost job %s not put back: %s", spec.run_id, exc)
                 continue
             await requeue_job(self.js, spec)
+        return waiting

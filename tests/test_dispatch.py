@@ -8,6 +8,7 @@ consumer on the work queue as `swarm trainer` makes it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def test_an_uncapped_tier_is_never_held(tmp_path: Path) -> None:
 
 
 async def test_a_capped_tier_gets_its_jobs_in_turn_and_a_restart_loses_none(
-    nc: Client, monkeypatch: pytest.MonkeyPatch
+    nc: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Tier 0 capped at one, nothing waiting beyond it: of the new champion's first baselines
     one job is on the queue and the rest wait in the ladder, every RunSpec in the event stream.
@@ -167,11 +168,15 @@ async def test_a_capped_tier_gets_its_jobs_in_turn_and_a_restart_loses_none(
     stop.set()
     await task
 
+    caplog.set_level(logging.INFO, logger=service.__name__)
     second, stop, task = await start()
     await wait_for_async(_holds(second.caught_up.is_set), 30)
     await asyncio.sleep(1.5)  # past SETTLE_S: the waiting ones are found on no queue
     assert await queued_jobs(js, 0) == 1
     assert len(second._jobs.dispatch.waiting) == len(specs) - 1
+    # waiting their turn, not lost: nothing said lost, nothing put on the queue twice
+    assert f"{len(specs) - 1} jobs of capped tiers wait their turn again" in caplog.text
+    assert "lost jobs" not in caplog.text
     done: list[str] = []
     for _ in range(len(specs)):  # as a trainer: take the job, publish its result, ack
         sub = await js.pull_subscribe_bind(trainer_consumer_name(0), stream=JOBS_STREAM)
