@@ -69,14 +69,19 @@ class Dispatch:
         for run_id in [r for r in self.waiting if r not in ladder.runs.unfinished]:
             del self.waiting[run_id]
         here = [p for p in self.waiting.values() if p.spec.tier == tier]
-        stale = [p for p in here if p.spec.champion_version < ladder.current]
-        fresh = [p for p in here if p.spec.champion_version >= ladder.current]
-        fresh.sort(key=lambda p: priority(ladder, p.spec))
+        here.sort(key=lambda p: send_order(ladder, p.spec))
+        stale = sum(p.spec.champion_version < ladder.current for p in here)  # first, and free
         room = self.caps[tier] + LOOKAHEAD - queued
-        out = stale + fresh[: max(room, 0)]
+        out = here[: stale + max(room, 0)]
         for parked in out:
             del self.waiting[parked.spec.run_id]
         return out
+
+
+def send_order(ladder: Ladder, spec: RunSpec) -> tuple[bool, int, float]:
+    """Smaller goes first: a run for an older champion (trainers skip it, it costs nothing),
+    then by priority. The ladder service and the simulator (bench/search) both order by it."""
+    return (spec.champion_version >= ladder.current, *priority(ladder, spec))
 
 
 def priority(ladder: Ladder, spec: RunSpec) -> tuple[int, float]:

@@ -37,7 +37,7 @@ from bench.search.sim import Config, Job, Param, Problem, Value
 from bus.messages import Idea, Message, RunResult, RunSpec, RunStatus
 from recipes.constants import constants, format_value
 from scale_ladder.admission import patched_source
-from scale_ladder.dispatch import priority
+from scale_ladder.dispatch import send_order
 from scale_ladder.ladder import Ladder
 from scale_ladder.rules import PromotionRule
 from scale_ladder.tiers import Tier, load_ladder
@@ -258,8 +258,7 @@ class SwarmMethod:
         queue = self.queue[tier]
         if tier not in self.caps or not self.best_first:
             return queue.popleft()
-        current = self.ladder.current
-        best = min(queue, key=lambda s: (s.champion_version >= current, priority(self.ladder, s)))
+        best = min(queue, key=lambda s: send_order(self.ladder, s))
         queue.remove(best)
         return best
 
