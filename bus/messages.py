@@ -27,7 +27,7 @@ from bus.fast_pickle import by_fields
 # minor version with every field added, the major one never without a migration of the stream.
 # Events written before minor versions existed carry the major version alone: minor 0.
 SCHEMA_VERSION = 1
-SCHEMA_MINOR = 3
+SCHEMA_MINOR = 4
 
 
 def event_key(kind: str, event_id: str) -> str:
@@ -169,6 +169,9 @@ class RunResult:
     idea_id: str = ""
     metric_name: str = "val_bpb"
     metric: float | None = None
+    # The metric of the median control window: training text the run was scored on but never
+    # sent (training/control_windows.py); None where the target has none. Schema v1.4.
+    control_metric: float | None = None
     steps: int = 0
     tokens: int = 0
     train_seconds: float = 0.0

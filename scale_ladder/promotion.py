@@ -7,11 +7,12 @@ from __future__ import annotations
 import bisect
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from bus.messages import Decision, RunStatus, Verdict, is_spot_check
 from scale_ladder import baselines, direct_entries
+from scale_ladder.held_out_gain import carried_held_out
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.noise_pool import sigma_for
 from scale_ladder.rules import Evidence, Outcome, PromotionRule, decide
@@ -164,7 +165,13 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
     outcome = decide(rule, _evidence(ladder, state))
     if outcome.verdict is Verdict.HELD:
         return  # the baseline ignores its seed: wait, undecided (baselines.py says why)
-    _apply(ladder, state, outcome, pairs, entry_note(ladder, state, rule))
+    carried = None
+    if outcome.verdict is Verdict.PROMOTE:
+        carried = carried_held_out(ladder, state, pairs)
+    if carried is not None:  # its gain, as the peers' rank gate counts it, is the control one
+        why, on_control = carried
+        outcome = replace(outcome, verdict=Verdict.REJECT, rule=why, delta=on_control)
+    _apply(ladder, state, outcome, pairs, entry_note(ladder, state, rule), carried is None)
 
 
 def rule_of(ladder: Ladder, state: IdeaState) -> PromotionRule:
@@ -220,7 +227,12 @@ def _evidence(ladder: Ladder, state: IdeaState) -> Evidence:
 
 
 def _apply(
-    ladder: Ladder, state: IdeaState, outcome: Outcome, pairs: dict[int, float], note: str
+    ladder: Ladder,
+    state: IdeaState,
+    outcome: Outcome,
+    pairs: dict[int, float],
+    note: str,
+    may_spot_check: bool = True,
 ) -> None:
     key = (state.idea.idea_id, state.version, state.tier)
     seeds = ladder.in_run_order(state.tier, pairs)
@@ -242,7 +254,8 @@ def _apply(
     if verdict is Verdict.RETEST and wanted <= have:
         verdict = Verdict.REJECT  # no seed left to add: inconclusive is a no
     # A spot check (spot_checks.py) may send a reject on, if it skipped no gate below.
-    if verdict is Verdict.REJECT and key[2] < ladder.top and ladder.promotion.passed_below(*key):
+    checkable = may_spot_check and ladder.promotion.passed_below(*key)
+    if verdict is Verdict.REJECT and key[2] < ladder.top and checkable:
         checks, least = ladder.promotion.checks[key[2]], rule.spot_checks
         checked = spot_check(checks, least, ladder.seed_secret, *key, why)
         if checked is not None:

@@ -129,6 +129,12 @@ def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
     lines = {
         "status": result.status.value,
         metric_name: "" if result.metric is None else f"{result.metric:.6f}",
+        # the same metric on training text the run was never sent (training/control_windows.py)
+        **(
+            {f"control_{metric_name}": f"{result.control_metric:.6f}"}
+            if result.control_metric is not None
+            else {}
+        ),
         "steps": known(str(result.steps)),
         "tokens": known(str(result.tokens)),
         "train_seconds": f"{result.train_seconds:.2f}",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from training.aimed_probes import bigram_reference, most_suspicious
-from training.evaluator import EVAL_BATCH, Evaluation, NonCausalModel
+from training.evaluator import Evaluation, NonCausalModel, eval_batch
 
 
 def test_every_batch_mixes_twins_with_real_windows_and_none_is_a_probe_batch() -> None:
@@ -27,12 +27,12 @@ def test_every_batch_mixes_twins_with_real_windows_and_none_is_a_probe_batch() -
     for _ in range(5):
         evaluation = Evaluation(val, 64, 16_384)
         windows = evaluation._windows()
-        assert len(evaluation.batches) == 10  # 256 windows and 63 twins: 319 rows
+        assert len(evaluation.batches) == 5  # 256 windows and 63 twins: 319 rows
         layouts.add(tuple(tuple(rows) for rows in evaluation._rows))
         for batch, rows in zip(evaluation.batches, evaluation._rows, strict=True):
             assert len({bytes(row.tolist()) for row in batch}) == len(batch)
-            assert len(batch) in (EVAL_BATCH - 1, EVAL_BATCH)
-            assert sum(kind == "twin" for kind, _ in rows) in (6, 7)
+            assert len(batch) in (eval_batch(64) - 1, eval_batch(64))
+            assert sum(kind == "twin" for kind, _ in rows) in (12, 13)
             own = {evaluation._probes[i][0] for kind, i in rows if kind == "twin"}
             real = {i for kind, i in rows if kind == "real"}
             assert not own & real
@@ -67,7 +67,7 @@ def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> 
     splits, a peek at any one position still passed 88%. Each evaluation now splits a twin at
     every position, each twin of a distinct window, in no more batches than its rows fill."""
     val = torch.randint(0, 256, (50_000,), dtype=torch.uint8)
-    for context, tokens, batches in ((8, 1024, 5), (64, 16_384, 10), (128, 16_384, 8)):
+    for context, tokens, batches in ((8, 1024, 3), (64, 16_384, 5), (128, 16_384, 4)):
         evaluation = Evaluation(val, context, tokens)
         splits = [split for _, split in evaluation._probes]
         assert sorted(splits) == list(range(context - 1))
@@ -77,7 +77,7 @@ def test_every_evaluation_has_a_twin_at_every_split_a_peek_could_read_from() -> 
     assert len(few._probes) == 16 and len({s for _, s in few._probes}) == 16
     assert len(few.batches) == 2  # 32 rows, but a twin never travels with its own window
     some = Evaluation(val, 64, 16_384, twins=8)
-    assert len(some._probes) == 8 and len(some.batches) == 9
+    assert len(some._probes) == 8 and len(some.batches) == 5
 
 
 def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did_too_well() -> None:
@@ -97,15 +97,16 @@ def test_once_every_window_is_scored_a_last_batch_aims_twins_where_the_model_did
                 out[i, 30, int(row[31])] = 30.0
         return out
 
-    for aimed, covered in [(None, 0), (None, 0), (None, 0), (6, 26), (6, 26)]:
+    size = eval_batch(64)
+    for aimed, covered in [(None, 0), (None, 0), (None, 0), (6, size - 6), (6, size - 6)]:
         evaluation = Evaluation(val, 64, 16_384, reference=reference, aimed=aimed)
-        assert len(evaluation.batches) == 10
-        for index, batch in enumerate(evaluation.batches):  # grows by one after the tenth
+        assert len(evaluation.batches) == 5
+        for index, batch in enumerate(evaluation.batches):  # grows by one after the fifth
             evaluation.take(index, peeks(batch[:, :-1]))
-        assert len(evaluation.batches) == 11 and len(evaluation.batches[10]) == EVAL_BATCH
-        twins = [evaluation._probes[i] for kind, i in evaluation._rows[10] if kind == "twin"]
-        assert len(twins) == len({window for window, _ in twins}) == EVAL_BATCH - covered
-        covers = {i for kind, i in evaluation._rows[10] if kind == "cover"}
+        assert len(evaluation.batches) == 6 and len(evaluation.batches[5]) == size
+        twins = [evaluation._probes[i] for kind, i in evaluation._rows[5] if kind == "twin"]
+        assert len(twins) == len({window for window, _ in twins}) == size - covered
+        covers = {i for kind, i in evaluation._rows[5] if kind == "cover"}
         assert len(covers) == covered and not covers & {window for window, _ in twins}
         with pytest.raises(NonCausalModel):
             evaluation.finish()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -38,7 +39,19 @@ import torch.nn.functional as F
 from training.aimed_probes import most_suspicious
 from training.protocol import VOCAB
 
-EVAL_BATCH = 32  # windows per batch: one fresh evaluation process each (fresh_eval.py)
+# Windows per batch: one fresh evaluation process each (fresh_eval.py). A process costs about
+# 0.3 s to start and load the model at tier 0, far more than its forward pass: 64 rows rather
+# than 32 took the evaluation with control windows from 4.08 s to 2.15 s (median of 4, the
+# champion at t0). Longer windows get fewer rows, so that a batch's logits stay near 8 MiB.
+EVAL_ROWS = 64
+EVAL_BYTES = 8192  # rows x context per batch, for contexts past 128
+
+
+def eval_batch(context: int) -> int:
+    """Windows per evaluation batch at `context`: 64 up to 128 bytes, then fewer, at least 8."""
+    return max(8, min(EVAL_ROWS, EVAL_BYTES // max(1, context)))
+
+
 PROBE_TOLERANCE = 1e-3  # max |Δ log-probability| over the shared prefix for a causal model
 
 
@@ -63,10 +76,15 @@ class Evaluation:
     # window is scored, one more batch holds twins aimed where the model did suspiciously well
     reference: torch.Tensor | None = None
     aimed: int | None = None  # twins aimed that way; None: a whole batch of them
+    # Control windows (control_windows.py): training text the run was never sent, scored apart
+    # (control_bpb) and dealt, probed and aimed at like the held-out windows, so a model can
+    # neither tell them apart by how they are sent nor peek on them alone unseen.
+    control: torch.Tensor | None = None
     batches: list[torch.Tensor] = field(default_factory=list)
     # every scored byte's log-probability, summed exactly at the end: the metric does not
     # depend on which batches the windows were dealt to, which changes every evaluation
     _logp: list[float] = field(default_factory=list)
+    _control: list[float] = field(default_factory=list)  # bits per byte of each control window
     # batch -> its rows: ("real", window index) scored, or ("twin", probe) kept for the check
     _rows: list[list[tuple[str, int]]] = field(default_factory=list)
     _probes: list[tuple[int, int]] = field(default_factory=list)  # (window index, split)
@@ -76,7 +94,11 @@ class Evaluation:
 
     def __post_init__(self) -> None:
         # fixed: every run of every idea is scored on the same bytes (kept for the aimed batch)
-        self._all = windows = self._windows()
+        held_out = self._windows()
+        self._held_out = len(held_out)  # windows from here on are control windows
+        if self.control is not None and len(self.control):
+            held_out = torch.cat([held_out, self.control])
+        self._all = windows = held_out
         # The probes are not scored, so they are drawn afresh for each evaluation: nothing
         # learned of one run's probes says where the next run's are, or what they hold.
         self._rng = random.Random(os.urandom(16))
@@ -98,7 +120,8 @@ class Evaluation:
         and by batches of one. So no batch is a probe batch: a model that is causal only where
         it is checked must tell a twin from a real window row by row."""
         twins, total = len(self._probes), windows + len(self._probes)
-        count = max(-(-total // EVAL_BATCH), 2 if twins else 1)  # as few processes as hold them
+        rows_per_batch = eval_batch(self.context)
+        count = max(-(-total // rows_per_batch), 2 if twins else 1)  # as few as hold them
         room = [twins // count + (k < twins % count) for k in range(count)]  # twins of each
         share = [total // count + (k < total % count) - room[k] for k in range(count)]
         start = [sum(share[:k]) for k in range(count + 1)]
@@ -161,9 +184,15 @@ class Evaluation:
             )
         rows = self._rows[batch]
         real = [row for row, (kind, _) in enumerate(rows) if kind == "real"]
-        targets = self.batches[batch][real, 1:].long()
-        logp = F.log_softmax(logits[real].reshape(-1, VOCAB).double(), dim=-1)
-        self._logp += logp.gather(1, targets.reshape(-1, 1)).flatten().tolist()
+        if real:
+            targets = self.batches[batch][real, 1:].long()
+            logp = F.log_softmax(logits[real].reshape(-1, VOCAB).double(), dim=-1)
+            per_row = logp.gather(1, targets.reshape(-1, 1)).view(len(real), -1)
+            for row, values in zip(real, per_row, strict=True):
+                if rows[row][1] < self._held_out:
+                    self._logp += values.tolist()
+                else:  # a control window's bits per byte, kept apart (control_bpb)
+                    self._control.append(-math.fsum(values.tolist()) / math.log(2) / len(values))
         for row, (kind, i) in enumerate(rows):
             if kind == "twin":
                 self._logits[("twin", i)] = logits[row]
@@ -182,7 +211,8 @@ class Evaluation:
         than a batch (`aimed`), real windows sent again fill it (covers, not scored twice).
         A whole batch of twins costs no more than the six of the usual mix did (one process) and
         catches more: peeks kept just under their window's best honest position passed 13.5%
-        of 200 evaluations against six aimed twins, 2% against 32 (docs/reliability.md). Telling
+        of 200 evaluations against six aimed twins, 2% against 32 (docs/reliability.md; a batch
+        holds 64 at the shipped tiers since). Telling
         this batch from the others does not help a model: each aimed twin is compared with its
         window's answer from the first round, so being honest here is what gets it caught."""
         windows = self._all
@@ -217,10 +247,19 @@ class Evaluation:
             raise ValueError(f"{len(self.batches) - self._taken} batches were never answered")
         for probe, (_, split) in enumerate(self._probes):
             self._check_twin(self._logits[("real", probe)], self._logits[("twin", probe)], split)
-        nats = -math.fsum(self._logp)
-        if not self._logp or not math.isfinite(nats):
-            raise ValueError("evaluation produced no finite loss")
-        return nats / math.log(2) / len(self._logp)
+        return _bits_per_byte(self._logp)
+
+    def control_bpb(self) -> float | None:
+        """The median control window's bits per byte, once finish() has checked the probes;
+        None without control windows. The median, not the mean: a recipe carrying some of the
+        training split (a patch holds about a tenth of it here) scores those windows near 0,
+        which would move the mean by that tenth of the metric and the median hardly at all,
+        while a real improvement moves every window, and so both."""
+        if not self._control:
+            return None
+        if not all(math.isfinite(v) for v in self._control):
+            raise ValueError("evaluation produced no finite loss on the control windows")
+        return statistics.median(self._control)
 
     @staticmethod
     def _check_twin(real: torch.Tensor, twin: torch.Tensor, split: int) -> None:
@@ -235,3 +274,10 @@ class Evaluation:
                 "prediction may depend only on the earlier bytes of its own window (not on later "
                 "ones, nor on the other windows of its batch)"
             )
+
+
+def _bits_per_byte(logp: list[float]) -> float:
+    nats = -math.fsum(logp)
+    if not logp or not math.isfinite(nats):
+        raise ValueError("evaluation produced no finite loss")
+    return nats / math.log(2) / len(logp)

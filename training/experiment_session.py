@@ -28,6 +28,7 @@ import torch
 
 from bus.messages import BudgetKind, RunSpec, RunStatus
 from training import protocol as p
+from training.control_windows import run_control, training_starts
 from training.corpus import Corpus
 from training.evaluator import Evaluation, InvalidLogits
 from training.process_outcome import disk_usage, peak_rss_mb
@@ -115,6 +116,14 @@ class ExperimentSession:
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.spec.seed)  # same seed, same data
+        # Training text this run is scored on and never sent (control_windows.py).
+        self.control_span = int(self.spec.dials["context"]) + 1
+        self.control = run_control(
+            self.spec.seed,
+            self.control_span - 1,
+            self.limits.eval_tokens,
+            len(self.corpus.train),
+        )
 
     def confined(self) -> None:
         """The process's first message: confined ("S"), or refused for want of a sandbox."""
@@ -226,10 +235,18 @@ class ExperimentSession:
             progress.ended = progress.ended or now
             return b"", 1.0
         train = self.corpus.train
-        starts = torch.randint(0, len(train) - context - 1, (batch,), generator=self.generator)
+        starts = training_starts(
+            len(train), context + 1, batch, self.control, self.control_span, self.generator
+        )
+        if not len(starts):  # no row of this length misses the control windows
+            raise Stop(
+                RunStatus.CRASH,
+                f"asked for rows of {context + 1} bytes, too long for a training split of "
+                f"{len(train)} bytes to give one that misses the evaluation's control text",
+            )
         rows = torch.stack([train[s : s + context + 1] for s in starts.tolist()])
         progress.steps += 1
-        progress.tokens += batch * context
+        progress.tokens += len(rows) * context
         progress.last_batch = now
         return rows.numpy().tobytes(), spent
 

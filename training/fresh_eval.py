@@ -26,8 +26,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from bus.messages import RunStatus
 from training.aimed_probes import reference_for
+from training.control_windows import run_control
 from training.evaluator import Evaluation, NonCausalModel
 from training.experiment_session import ChildGone, SandboxRefused, Stop
 from training.harness_child import (
@@ -45,8 +48,10 @@ if TYPE_CHECKING:
     from training.run_limits import RunLimits
 
 
-def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
-    """val_bpb of the model the training stage left in `scratch`; raises Stop otherwise."""
+def evaluate_in_fresh_processes(run: Run, scratch: Path) -> tuple[float, float | None]:
+    """val_bpb of the model the training stage left in `scratch`, and the bits per byte of the
+    median of the run's control windows (None where the training split has room for none);
+    raises Stop otherwise."""
     saved = scratch / MODEL_FILE
     try:
         mode = saved.lstat().st_mode
@@ -63,7 +68,13 @@ def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
         os.rename(saved, folder / MODEL_FILE)
         context = int(run.spec.dials["context"])
         reference = reference_for(run.corpus)
-        evaluation = Evaluation(run.corpus.val, context, run.limits.eval_tokens, None, reference)
+        train, eval_tokens = run.corpus.train, run.limits.eval_tokens
+        starts = run_control(run.spec.seed, context, eval_tokens, len(train))
+        rows = [train[s : s + context + 1] for s in starts.tolist()]
+        control = torch.stack(rows) if rows else None
+        evaluation = Evaluation(
+            run.corpus.val, context, eval_tokens, None, reference, control=control
+        )
         index = 0
         while index < len(evaluation.batches):  # the last batch is aimed once the rest are in
             _answer_batch(run, folder, evaluation, index)
@@ -73,7 +84,7 @@ def evaluate_in_fresh_processes(run: Run, scratch: Path) -> float:
         except NonCausalModel as exc:
             raise Stop(RunStatus.REFUSED, f"evaluation refused: {exc}") from None
         run.progress.evaluated = time.monotonic()
-        return metric
+        return metric, evaluation.control_bpb()
     finally:
         remove_tree(folder)
 

@@ -137,9 +137,10 @@ def _check_shape(model: Any, config: dict[str, Any]) -> None:
     import torch
 
     from training import protocol as p
-    from training.evaluator import EVAL_BATCH
+    from training.evaluator import eval_batch
 
-    n, context = EVAL_BATCH, config["dials"]["context"]
+    context = config["dials"]["context"]
+    n = eval_batch(context)
     model.eval()
     with torch.no_grad():
         logits = model(torch.zeros(n, context, dtype=torch.long, device=config["device"]))

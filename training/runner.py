@@ -34,6 +34,8 @@ from training.stage_process import Run, stage_process
 
 __all__ = ["PLAIN_NAME", "Cancelled", "RunLimits", "run_bytelm"]
 
+NONE: tuple[float | None, float | None] = (None, None)  # no metric, no control metric
+
 
 def run_bytelm(
     spec: RunSpec,
@@ -65,7 +67,7 @@ def run_bytelm(
     # and has neither a handle on the log nor a path to it.
     log = private_log(scratch_root, spec.run_id)
     try:
-        status, reason, metric = _experiment(
+        status, reason, (metric, control) = _experiment(
             spec, corpus, limits, scratch, log, device, progress, cancel
         )
     finally:
@@ -79,6 +81,7 @@ def run_bytelm(
         status=status,
         reason=reason,
         metric=metric,
+        control_metric=control,
         steps=progress.steps,
         tokens=progress.tokens,
         train_seconds=round(progress.train_seconds, 3),
@@ -99,7 +102,8 @@ def _experiment(
     device: str,
     progress: Progress,
     cancel: threading.Event | None,
-) -> tuple[RunStatus, str, float | None]:
+) -> tuple[RunStatus, str, tuple[float | None, float | None]]:
+    """Status, reason, and the metric with the control windows' (control_windows.py)."""
     run = Run(
         spec, corpus, limits, log, device, progress, cancel, time.monotonic() + limits.time_limit_s
     )
@@ -107,18 +111,18 @@ def _experiment(
         code = _train(run, scratch)
     except SandboxRefused:  # said over the pipe before any of the recipe ran: its log is ours
         last = (fd_tail(log).strip().splitlines() or [""])[-1]
-        return RunStatus.REFUSED, last if last.startswith(NO_SANDBOX) else NO_SANDBOX, None
+        return RunStatus.REFUSED, last if last.startswith(NO_SANDBOX) else NO_SANDBOX, NONE
     except Stop as stop:
-        return stop.status, stop.reason, None
+        return stop.status, stop.reason, NONE
     if code is not None:  # it ended without handing over a model; the log holds all it wrote
         if code != 0:
-            return (*outcome(code, fd_tail(log), limits.limits), None)
+            return (*outcome(code, fd_tail(log), limits.limits), NONE)
         why = "the experiment exited before its evaluation (it never saved its model)"
-        return RunStatus.CRASH, why, None
+        return RunStatus.CRASH, why, NONE
     try:  # the training process is dead: nothing of it is left to meet the evaluation's
         return RunStatus.OK, "", evaluate_in_fresh_processes(run, scratch)
     except Stop as stop:
-        return stop.status, stop.reason, None
+        return stop.status, stop.reason, NONE
 
 
 def _train(run: Run, scratch: Path) -> int | None:
