@@ -133,10 +133,12 @@ async def publish_event(js: JetStreamContext, message: Message, timeout: float =
 
 
 async def enqueue_run(js: JetStreamContext, spec: RunSpec, timeout: float = 5.0) -> None:
-    """Put a RunSpec on its tier's work queue and record it as an event (both keyed by run id,
-    so a retried enqueue neither runs twice nor adds a row)."""
-    await enqueue_job(js, spec, timeout)
+    """Record a RunSpec as an event, then put it on its tier's work queue (both keyed by run
+    id, so a retried enqueue neither runs twice nor adds a row). Event first: a job whose event
+    never went out ran into a result that names no RunSpec; an event without its job is put
+    back by the ladder's next start."""
     await publish_event(js, spec, timeout)
+    await enqueue_job(js, spec, timeout)
 
 
 async def queued_run_ids(js: JetStreamContext) -> set[str]:

@@ -262,7 +262,8 @@ class LadderService:
                 return
             self._failed = ""
             await self._publish(self._within_limit(made))
-            await self._jobs.release(self.ladder)
+            if not self._stop.is_set():  # a RunSpec whose event was given up keeps its job
+                await self._jobs.release(self.ladder)
 
     def _within_limit(self, messages: list[Message]) -> list[Message]:
         """The messages, less the RunSpecs past max_specs. Those stay in the ladder's state
@@ -286,26 +287,39 @@ class LadderService:
 
     async def _publish(self, messages: list[Message]) -> None:
         """In order. Messages between champion changes go out pipelined (all sent, then all
-        acks awaited: one round trip for the lot instead of one each): first the RunSpecs' jobs,
-        then every event in the order the ladder made them (the connection writes them in call
-        order, so the stream keeps it). A champion change is a barrier: its store writes and
-        event go out alone, after everything before it."""
+        acks awaited: one round trip for the lot instead of one each): first every event in the
+        order the ladder made them (the connection writes them in call order, so the stream
+        keeps it), then the RunSpecs' jobs. Events first: a job sent for a RunSpec whose event
+        a stop then cut short ran, and its result named a RunSpec no ledger ever got (the kill
+        -9 test, once); a RunSpec without its job is one a start puts back (_requeue_lost). A
+        champion change is a barrier: its store writes and event go out alone, after everything
+        before it."""
         self._publishing = True
         self._echoes.update(event_key(m.KIND, m.event_id) for m in messages)
         batch: list[Message] = []
         for message in messages:
             if isinstance(message, ChampionChange):
-                await self._pipelined(batch)
+                # Stopping with one unsent, nothing after it goes: the next ladder makes it all
+                # again, in order.
+                if not await self._pipelined(batch) or not await self._publish_until_done(message):
+                    return
                 batch = []
-                await self._publish_until_done(message)
             else:
                 batch.append(message)
-        await self._pipelined(batch)
-        self._publishing = False
+        if await self._pipelined(batch):
+            self._publishing = False
 
-    async def _pipelined(self, messages: list[Message]) -> None:
-        # A capped tier's jobs wait in the dispatch; their events go out with the rest.
+    async def _pipelined(self, messages: list[Message]) -> bool:
+        """Publish the messages; False if the ladder stopped with one of them unsent."""
+        # A capped tier's jobs wait in the dispatch (parked before any event goes out, so that
+        # a retried RunSpec sends no job either); the rest go once every event is out.
         specs = [m for m in messages if isinstance(m, RunSpec) and not self._jobs.keep(m)]
+        events = await asyncio.gather(
+            *(publish_event(self.js, m) for m in messages), return_exceptions=True
+        )
+        for message, outcome in zip(messages, events, strict=True):
+            if isinstance(outcome, BaseException) and not await self._publish_until_done(message):
+                return False  # stopping: no job goes out after an event that did not
         try:
             await self._jobs.store_recipes(self.ladder, specs)
             jobs = await asyncio.gather(
@@ -315,24 +329,20 @@ class LadderService:
             log.warning("storing recipes failed (%s: %s); retrying", type(exc).__name__, exc)
             jobs = [exc] * len(specs)
         for spec, outcome in zip(specs, jobs, strict=True):
-            if isinstance(outcome, BaseException):  # again, alone (ids make repeats harmless)
-                await self._publish_until_done(spec)
-        events = await asyncio.gather(
-            *(publish_event(self.js, m) for m in messages), return_exceptions=True
-        )
-        for message, outcome in zip(messages, events, strict=True):
-            if isinstance(outcome, BaseException):
-                await self._publish_until_done(message)
+            # again, alone (ids make repeats harmless)
+            if isinstance(outcome, BaseException) and not await self._publish_until_done(spec):
+                return False
+        return True
 
-    async def _publish_until_done(self, message: Message) -> None:
-        """Until published, or until the ladder is told to stop: giving up then is what a kill
-        at that moment does, and the next ladder replays the stream and makes it again (the
-        fault tests kill it anywhere). Retrying past a stop kept an orphaned ladder alive for
-        as long as the bus was down."""
+    async def _publish_until_done(self, message: Message) -> bool:
+        """Until published (True), or until the ladder is told to stop (False): giving up then
+        is what a kill at that moment does, and the next ladder replays the stream and makes it
+        again (the fault tests kill it anywhere). Retrying past a stop kept an orphaned ladder
+        alive for as long as the bus was down."""
         while not self._stop.is_set():
             try:
                 await self._publish_one(message)
-                return
+                return True
             except Exception as exc:  # the bus is down or slow: the state already has it
                 why = f"{type(exc).__name__}: {exc}"
                 log.warning("publishing %s failed (%s); retrying", message.event_id, why)
@@ -340,6 +350,7 @@ class LadderService:
                     await asyncio.wait_for(self._stop.wait(), RETRY_S)
         self._gave_up = True
         log.warning("stopping with %s unpublished", message.event_id)
+        return False
 
     async def _publish_one(self, message: Message) -> None:
         if isinstance(message, RunSpec) and message.run_id not in self._jobs:
