@@ -116,7 +116,7 @@ def test_training_after_the_last_batch_is_counted(corpus: Corpus, tmp_path: Path
                 "    return model\n", "    return torch.nn.Sequential(model, torch.nn.Flatten())\n"
             ),
             RunStatus.CRASH,
-            "model returned (32, 4096), expected (32, 16, 256)",
+            "model returned (64, 4096), expected (64, 16, 256)",
         ),
         (inject("import sys\nsys.exit(0)"), RunStatus.CRASH, "exited before its evaluation"),
         (patch_for("x = 1\n", "harness.py"), RunStatus.REFUSED, "only 'recipe.py' may change"),
