@@ -287,20 +287,16 @@ class LadderService:
 
     async def _publish(self, messages: list[Message]) -> None:
         """In order. Messages between champion changes go out pipelined (all sent, then all
-        acks awaited: one round trip for the lot instead of one each): first every event in the
-        order the ladder made them (the connection writes them in call order, so the stream
-        keeps it), then the RunSpecs' jobs. Events first: a job sent for a RunSpec whose event
-        a stop then cut short ran, and its result named a RunSpec no ledger ever got (the kill
-        -9 test, once); a RunSpec without its job is one a start puts back (_requeue_lost). A
-        champion change is a barrier: its store writes and event go out alone, after everything
-        before it."""
+        acks awaited: one round trip for the lot): first every event in the order the ladder
+        made them (the stream keeps the call order), then the RunSpecs' jobs. Events first: a
+        job whose event a stop cut short ran into a result of no RunSpec (the kill -9 test,
+        once); a RunSpec without its job is one a start puts back. A champion change is a
+        barrier: its store writes and event go out alone, after everything before it."""
         self._publishing = True
         self._echoes.update(event_key(m.KIND, m.event_id) for m in messages)
         batch: list[Message] = []
         for message in messages:
-            if isinstance(message, ChampionChange):
-                # Stopping with one unsent, nothing after it goes: the next ladder makes it all
-                # again, in order.
+            if isinstance(message, ChampionChange):  # stopped with one unsent: none after it
                 if not await self._pipelined(batch) or not await self._publish_until_done(message):
                     return
                 batch = []

@@ -15,6 +15,7 @@ from nats.aio.client import Client
 
 import scale_ladder.service as service
 from bus.champion_store import champion_bucket
+from bus.messages import RunSpec
 from bus.nats_bus import queued_run_ids
 from bus.subjects import JOBS_STREAM
 from scale_ladder.ladder import Ladder
@@ -66,6 +67,32 @@ async def test_a_restarted_ladder_puts_back_lost_jobs_and_only_those(
     assert (await js.stream_info(JOBS_STREAM)).state.messages == len(made)
 
 
+async def test_no_job_goes_out_before_its_runspec_event(
+    nc: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bus refuses the RunSpecs' events and the ladder is told to stop meanwhile: none of
+    their jobs may reach the queue, or a trainer runs them into results of no RunSpec (the kill
+    -9 test found one when jobs went first). Their RunSpecs are made again by the next ladder."""
+    js = nc.jetstream()
+    await champion_bucket(js)
+    stop = asyncio.Event()
+    real = service.publish_event
+
+    async def refused(js_: object, message: object, *args: object) -> None:
+        if isinstance(message, RunSpec):
+            stop.set()  # a stop arrives while the bus refuses
+            raise TimeoutError("the bus is slow")
+        await real(js_, message, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "publish_event", refused)
+    caplog.set_level(logging.WARNING, logger=service.__name__)
+    running, task = await ladder_for(nc, stop)
+    await asyncio.wait_for(task, 30)
+    assert running.ladder.runs.unfinished  # it made RunSpecs
+    assert "unpublished" in caplog.text
+    assert await queued_run_ids(js) == set()
+
+
 def _queued(nc: Client, run_ids: set[str]):  # type: ignore[no-untyped-def]
     async def check() -> bool:
         return await queued_run_ids(nc.jetstream()) == run_ids
@@ -81,9 +108,10 @@ def _holds(condition):  # type: ignore[no-untyped-def]
 
 
 def test_a_run_whose_result_came_before_its_spec_is_not_lost() -> None:
-    """The ladder enqueues a job before it publishes its spec, so an instant run's result can
-    come first in the stream; a ladder replaying that order must not count the run as lost
-    (it put such runs back at every start, and trainers ran them again)."""
+    """Ladders before 2026-11-29 enqueued a job before they published its spec, so in streams
+    they wrote an instant run's result can come first; a ladder replaying that order must not
+    count the run as lost (it put such runs back at every start, and trainers ran them
+    again)."""
     from bus.messages import ChampionChange, RunResult, RunSpec, RunStatus
 
     made = Ladder(load_tiers(), "recipe.py", RECIPE.read_text()).act()
