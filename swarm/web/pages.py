@@ -51,12 +51,15 @@ SELECT idea_id, author, hypothesis, patch, champion_version, entry_tier, parent_
        recipe_sha, epoch(created_at) AS at_s
 FROM ideas WHERE idea_id = {id}"""
 
-# Its runs, each with the champion's run on the same tier, version and seed (the pair).
+# Its runs, each with the champion's run on the same tier, version and seed (the pair), on the
+# held-out text and on the control windows (training/control_windows.py).
 IDEA_RUNS_SQL = """
 SELECT r.tier, r.champion_version, r.seed, r.status, r.metric, b.metric AS baseline,
+       r.control_metric, b.control_metric AS baseline_control,
        r.train_seconds, r.eval_seconds, r.device, left(r.reason, 300) AS reason
 FROM runs r LEFT JOIN (
-    SELECT tier, champion_version, seed, arg_max(metric, finished_at) AS metric FROM runs
+    SELECT tier, champion_version, seed, arg_max(metric, finished_at) AS metric,
+           arg_max(control_metric, finished_at) AS control_metric FROM runs
     WHERE idea_id = '' AND status = 'OK' GROUP BY ALL
 ) b USING (tier, champion_version, seed)
 WHERE r.idea_id = {id} ORDER BY r.tier, r.champion_version, r.seed"""

@@ -2,10 +2,11 @@
 // its data every few seconds while the idea may still change.
 "use strict";
 
-function gain(run, lowerIsBetter) {
-  if (run.metric === null || run.baseline === null) return "";
-  const d = lowerIsBetter ? run.baseline - run.metric : run.metric - run.baseline;
-  return num(d, 4);
+function gain(ours, champion, lowerIsBetter) {
+  if (ours === null || ours === undefined || champion === null || champion === undefined) {
+    return "";
+  }
+  return num(lowerIsBetter ? champion - ours : ours - champion, 4);
 }
 
 function drawIdea(idea) {
@@ -19,7 +20,8 @@ function drawIdea(idea) {
   const lower = idea.lower_is_better !== false;
   fill("runs", idea.runs, (r) => [
     r.tier, r.champion_version, r.seed, r.status, num(r.metric, 4), num(r.baseline, 4),
-    gain(r, lower), num(r.train_seconds, 1), num(r.eval_seconds, 1), r.device, r.reason,
+    gain(r.metric, r.baseline, lower), gain(r.control_metric, r.baseline_control, lower),
+    num(r.train_seconds, 1), num(r.eval_seconds, 1), r.device, r.reason,
   ]);
   fill("decisions", idea.decisions, (d) => [
     d.tier, d.champion_version, d.verdict, num(d.delta, 4), num(d.sigma, 4), d.n, d.runs,
