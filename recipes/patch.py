@@ -8,6 +8,7 @@ creates or deletes files, or does not apply is refused with the reason.
 from __future__ import annotations
 
 import difflib
+import lzma
 import re
 from dataclasses import dataclass
 
@@ -20,6 +21,12 @@ HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 MAX_PATCH_CHARS = 64 * 1024
 MAX_HUNKS = 256
 MAX_FILE_CHARS = 512 * 1024  # the patched file may not grow past this
+# What a patch may carry: its added lines, lzma-compressed. A red team packed weights pretrained
+# offline on the public stdlib corpus into a 51 KB patch (40 KB of information): val_bpb 2.44
+# against an honest 3.38 at tier 0, and the control windows, being that same kind of text,
+# gained with it (docs/reliability.md). Code compresses to about a third: the whole bytelm
+# recipe is 2.3 KB so, a 16 KB module 5 KB, so this leaves room for ideas that add a module.
+MAX_ADDED_INFORMATION = 8 * 1024
 
 
 class PatchRefused(ValueError):
@@ -100,6 +107,15 @@ def _strip_newline(lines: list[str]) -> None:
         lines[-1] = lines[-1][:-1]
 
 
+def added_information(patch: str) -> int:
+    """Bytes of the patch's added lines once lzma has compressed them: what it carries however
+    it is written (a blob, numbers, identifiers)."""
+    added = "".join(
+        line[1:] for line in patch.splitlines(True) if line[:1] == "+" and line[:4] != "+++ "
+    )
+    return len(lzma.compress(added.encode("utf-8", "surrogatepass"))) if added else 0
+
+
 def apply(text: str, patch: str, editable: str) -> str:
     """The editable file after `patch`; raises PatchRefused if it does not apply cleanly, or
     is larger than the bounds above."""
@@ -110,6 +126,13 @@ def apply(text: str, patch: str, editable: str) -> str:
     hunks = parse(patch, editable)
     if len(hunks) > MAX_HUNKS:
         raise PatchRefused(f"the patch has {len(hunks)} hunks; at most {MAX_HUNKS} are accepted")
+    carried = added_information(patch)
+    if carried > MAX_ADDED_INFORMATION:
+        raise PatchRefused(
+            f"the patch adds {carried} bytes of information (its added lines, lzma-compressed); "
+            f"at most {MAX_ADDED_INFORMATION} are accepted: a recipe may learn only from the "
+            "data it is sent, not carry data (weights, text, tables) in its patch"
+        )
     lines = text.splitlines(keepends=True)
     offset = 0
     for hunk in hunks:

@@ -295,6 +295,12 @@ def _tier(index: int, raw: Any, path: str, target: str) -> Tier:
         return Tier(index=index, rule=rule, **values)
     if values["width"] % 32:
         raise LadderConfigError(f"{where}.width must be a multiple of 32 (the head size)")
+    if values["budget_kind"] is BudgetKind.TOKENS and values["budget"] < values["context"]:
+        # No batch fits: every run would end untrained, OK, and be judged (a newcomer's typo)
+        raise LadderConfigError(
+            f"{where}.budget ({values['budget']:g} tokens) is less than one row of the tier's "
+            f"context ({values['context']} tokens): no run could train on a single batch"
+        )
     values["dials"] = {name: values.pop(name) for name in BYTELM_DIALS}
     return Tier(index=index, rule=rule, **values)
 

@@ -111,6 +111,13 @@ def configure(args: argparse.Namespace) -> tuple[SwarmConfig, Workspace]:
     return config, Workspace(workspace)
 
 
+def _no_swarm(workspace: Workspace) -> str:
+    return (
+        f"no swarm has run in {workspace.root} (another workspace: --workspace; a swarm "
+        "running elsewhere: --nats)"
+    )
+
+
 def _opt_str(value: Path | None) -> str | None:
     return None if value is None else str(value)
 
@@ -232,7 +239,7 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
 
         remote = bus_settings(config) if config.bus.url else None
         if not (remote or workspace.ledger_path.exists() or workspace.is_running()):
-            raise SwarmError(f"no swarm has run in {workspace.root} (or pass --workspace, --nats)")
+            raise SwarmError(_no_swarm(workspace))
         ran = config if remote else _as_it_ran(args, config, workspace)
         await serve(ran, workspace, remote, config.web.host, config.web.port, args.of_start)
     elif args.command in ("whatif", "calibrate"):
@@ -246,6 +253,8 @@ async def _dispatch(args: argparse.Namespace, config: SwarmConfig, workspace: Wo
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "not a text file"
             raise ValueError(f"--patch {args.patch}: {why}") from None
+        if args.patch and not patch.strip():  # it would run the champion, as if no patch
+            raise ValueError(f"--patch {args.patch}: the file is empty (it changes nothing)")
         result = await run_once(config, workspace, args.tier, args.seed, patch, args.device)
         print(summary(result, result.metric_name, measured=config.target.kind != "command"))
         print(f"log: {workspace.logs_dir / 'runs' / f'{result.run_id}.log'}")
@@ -309,7 +318,7 @@ async def _status(config: SwarmConfig, workspace: Workspace) -> None:
         print(status.line())
         return
     if not workspace.ledger_path.exists():  # an error, as for sql, web and whatif: scripts see it
-        raise SwarmError(f"no swarm has run in {workspace.root} (or pass --workspace, --nats)")
+        raise SwarmError(_no_swarm(workspace))
     counts = counts_from(read_file(workspace, config, COUNTS_SQL))
     print(f"swarm: stopped, workspace {workspace.root}")
     print(" ".join(f"{name}={n}" for name, n in counts.items()))

@@ -110,7 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the champion (or champion + patch) at a tier")
     run.add_argument("--tier", type=int, required=True)
-    run.add_argument("--patch", type=Path, help="a unified diff against the editable file")
+    run.add_argument(
+        "--patch",
+        type=Path,
+        help="a unified diff against the editable file, under its name (recipe.py for "
+        "bytelm): export the champion to a/recipe.py and b/recipe.py, edit b/recipe.py, then "
+        "`diff -u a/recipe.py b/recipe.py > idea.diff`",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     _add_target_flags(run)

@@ -16,6 +16,7 @@ from bus.nats_bus import connect
 from bus.subjects import LADDER_CONTROL_SUBJECT
 from bus.untrusted import for_terminal
 from swarm.config import SwarmConfig
+from swarm.errors import SwarmError
 from swarm.ledger_process import SwarmNotRunning
 from swarm.output import FORMATS
 from swarm.sql_client import query
@@ -107,5 +108,9 @@ async def champion_export(
     """The champion's recipe in `out` (default: champion-v<N>.py here)."""
     version, source = await champion(config, workspace, version)
     out = out or Path(f"champion-v{version}.py")
-    out.write_text(source)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # `--out a/recipe.py`, as the README has it
+        out.write_text(source)
+    except OSError as exc:
+        raise SwarmError(f"--out {out}: {exc.strerror}") from None
     return f"wrote champion v{version} to {out}"

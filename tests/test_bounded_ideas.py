@@ -4,11 +4,13 @@ the real Ladder and by a real trainer's runner, before any of it is applied."""
 
 from __future__ import annotations
 
+import base64
 import difflib
+import random
 from pathlib import Path
 
 from bus.messages import Decision, Idea, RunSpec, RunStatus, Verdict
-from recipes.patch import MAX_FILE_CHARS, MAX_HUNKS, MAX_PATCH_CHARS
+from recipes.patch import MAX_ADDED_INFORMATION, MAX_FILE_CHARS, MAX_HUNKS, MAX_PATCH_CHARS
 from scale_ladder.admission import MAX_HYPOTHESIS_CHARS
 from scale_ladder.ladder import Ladder
 from scale_ladder.tiers import load_tiers
@@ -81,3 +83,35 @@ def test_a_trainer_refuses_an_oversized_patch_before_running_it(
     result = run(corpus, tmp_path, diff(source, grown))
     assert result.status is RunStatus.REFUSED
     assert result.reason.startswith("patch refused: the patch is")
+
+
+def carrying(source: str, payload: bytes) -> str:
+    """`source` with `payload` packed into it, as a red team packed pretrained weights."""
+    blob = base64.b85encode(payload).decode()
+    lines = [f"    {blob[i : i + 96]!r}\n" for i in range(0, len(blob), 96)]
+    return source + "\n_WEIGHTS = (\n" + "".join(lines) + ")\n"
+
+
+def test_a_patch_carrying_data_is_refused_and_one_adding_real_code_is_not(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    """A red team packed weights pretrained offline on the public corpus into a 51 KB patch
+    (2.44 against an honest 3.38, control windows and all). What a patch adds, compressed, is
+    bounded however it is written: 12 KB of random bytes is refused by the ladder and by a
+    trainer, naming it; adding 16 KB of real code (a module of this project) is not."""
+    source = RECIPE.read_text()
+    packed = carrying(source, random.Random(3).randbytes(12 * 1024))
+    decision = verdict_of(source, diff(source, packed))
+    assert decision.verdict is Verdict.REFUSED
+    assert f"at most {MAX_ADDED_INFORMATION} are accepted" in decision.rule
+    result = run(corpus, tmp_path, diff(source, packed))
+    assert result.status is RunStatus.REFUSED and "bytes of information" in result.reason
+    module = (Path(__file__).parents[1] / "training" / "evaluator.py").read_text()
+    code = source + "\n" + module.replace("from __future__ import annotations\n", "")
+    assert len(diff(source, code)) > 15_000
+    ladder = Ladder(load_tiers(), "recipe.py", source)
+    ladder.act()
+    ladder.observe(Idea("idea-module", "agent-x", "h", diff(source, code), 1))
+    out = ladder.act()
+    assert not [m for m in out if isinstance(m, Decision)]
+    assert [m for m in out if isinstance(m, RunSpec) and m.idea_id == "idea-module"]

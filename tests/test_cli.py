@@ -167,6 +167,10 @@ def test_an_out_file_in_no_folder_and_a_missing_patch_are_named_not_a_traceback(
     assert done.returncode == 2, done.stderr
     assert f"--patch {patch}: No such file or directory" in done.stderr
     assert "Traceback" not in done.stderr
+    patch.write_text("\n")  # it would run the champion as if it were the patch's
+    done = run_swarm(tmp_path / "ws", "run", "--tier", "0", "--patch", str(patch))
+    assert done.returncode == 2, done.stderr
+    assert f"--patch {patch}: the file is empty (it changes nothing)" in done.stderr
 
 
 def test_bad_config_stops_start_naming_the_key(tmp_path: Path) -> None:

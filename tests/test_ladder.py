@@ -192,7 +192,7 @@ def test_near_duplicate_similarity_is_read_and_checked(tmp_path: Path) -> None:
     from scale_ladder.tiers import LadderConfigError, load_ladder
 
     tier = (
-        "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+        "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=64\n"
         "time_limit_s=1\neval_tokens=1\nseeds=1\n"
     )
     path = tmp_path / "ladder.toml"

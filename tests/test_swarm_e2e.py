@@ -172,7 +172,7 @@ def test_ladder_killed_mid_run_rebuilds_its_state_and_people_approve_and_revert(
         lineage = sql(swarm, "select version, kind, idea_id from champions order by version")
         assert [r["kind"] for r in lineage[:3]] == ["INITIAL", "STACK", "REVERT"]
         assert lineage[1]["idea_id"] == held
-        export = tmp_path / "v1.py"
+        export = tmp_path / "a" / "v1.py"  # a folder not there yet (the README's a/recipe.py)
         assert run_swarm(root, "champion", "export", "1", "--out", str(export)).returncode == 0
         assert export.read_text() == PARAMS
         twice = sql(

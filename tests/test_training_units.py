@@ -109,17 +109,17 @@ def test_shipped_ladder_loads() -> None:
     [
         ("[[tier]]\nname = 't'\n", "missing key depth"),
         (
-            "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+            "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=64\n"
             "time_limit_s=1\neval_tokens=1\nseeds=1\nsize=3\n",
             "unknown key size",
         ),
         (
-            "[[tier]]\nname='t'\ndepth=1\nwidth=30\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+            "[[tier]]\nname='t'\ndepth=1\nwidth=30\ncontext=8\nbudget_kind='tokens'\nbudget=64\n"
             "time_limit_s=1\neval_tokens=1\nseeds=1\n",
             "multiple of 32",
         ),
         (
-            "[[tier]]\nname='t'\ndepth=0\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+            "[[tier]]\nname='t'\ndepth=0\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=64\n"
             "time_limit_s=1\neval_tokens=1\nseeds=1\n",
             r'tier\[0\] \("t"\)\.depth must be positive',
         ),
@@ -127,6 +127,11 @@ def test_shipped_ladder_loads() -> None:
             "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='flops'\nbudget=1\n"
             "time_limit_s=1\neval_tokens=1\nseeds=1\n",
             "budget_kind must be 'tokens' or 'seconds'",
+        ),
+        (
+            "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=64\nbudget_kind='tokens'\n"
+            "budget=1.5\ntime_limit_s=1\neval_tokens=1\nseeds=2\n",
+            r"budget \(1.5 tokens\) is less than one row of the tier's context \(64 tokens\)",
         ),
         ("tiers = 3\n", "unknown key tiers"),
     ],
@@ -147,7 +152,7 @@ def test_metric_parsing_takes_the_last_finite_value() -> None:
 
 def test_promotion_keys_are_optional_and_checked(tmp_path: Path) -> None:
     base = (
-        "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=1\n"
+        "[[tier]]\nname='t'\ndepth=1\nwidth=32\ncontext=8\nbudget_kind='tokens'\nbudget=64\n"
         "time_limit_s=1\neval_tokens=1\nseeds=2\n"
     )
     path = tmp_path / "ladder.toml"
