@@ -7,11 +7,11 @@ staying causal: a seventh red team scored 0.0527 against an honest 3.3776 that w
 alone. So each run is also scored on windows of the training split drawn from its seed, which
 the harness never sends it in a batch: a run cannot know them in advance (seeds are secret,
 scale_ladder/seeds.py), and the whole training split, from which any seed may draw, is far more
-than a patch can carry (2.6 MB of text here, against a 64 KiB patch that holds about a tenth of
-it lzma-compressed; the median control window's score is what counts, so that tenth would not
-move it: training/evaluator.py). A real improvement shows on both; a recipe that knows the
-held-out text gains on it alone, and the ladder rejects an idea whose gain is not on the
-control text too (scale_ladder/held_out_gain.py).
+than a patch can carry (2.6 MB of text here, about 580 KB lzma-compressed, against the 8 KiB of
+information a patch may add, recipes/patch.py; and the median control window's score is what
+counts, which a part recalled would not move: training/evaluator.py). A real improvement
+shows on both; a recipe that knows the held-out text gains on it alone, and the ladder rejects
+an idea whose gain is not on the control text too (scale_ladder/held_out_gain.py).
 
 The idea and its baseline on one seed get the same control windows, so their control scores
 pair as their held-out scores do. Strata keep the windows apart and spread them over the split.

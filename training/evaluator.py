@@ -252,9 +252,9 @@ class Evaluation:
     def control_bpb(self) -> float | None:
         """The median control window's bits per byte, once finish() has checked the probes;
         None without control windows. The median, not the mean: a recipe carrying some of the
-        training split (a patch holds about a tenth of it here) scores those windows near 0,
-        which would move the mean by that tenth of the metric and the median hardly at all,
-        while a real improvement moves every window, and so both."""
+        training split scores those windows near 0, which would move the mean by that share of
+        the metric and the median hardly at all, while a real improvement moves every window,
+        and so both."""
         if not self._control:
             return None
         if not all(math.isfinite(v) for v in self._control):
