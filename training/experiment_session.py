@@ -28,7 +28,7 @@ import torch
 
 from bus.messages import BudgetKind, RunSpec, RunStatus
 from training import protocol as p
-from training.control_windows import run_control, training_starts
+from training.control_windows import training_starts
 from training.corpus import Corpus
 from training.evaluator import Evaluation, InvalidLogits
 from training.process_outcome import disk_usage, peak_rss_mb
@@ -111,19 +111,13 @@ class ExperimentSession:
     progress: Progress
     cancel: threading.Event | None
     deadline: float  # monotonic: the run's, shared by its training and evaluation processes
+    control: torch.Tensor  # starts of the run's control windows: never sent (control_windows.py)
     next_disk_check: float = 0.0
     windows_sent: bool = False
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.spec.seed)  # same seed, same data
-        # Training text this run is scored on and never sent (control_windows.py).
-        self.control_span = int(self.spec.dials["context"]) + 1
-        self.control = run_control(
-            self.spec.seed,
-            self.control_span - 1,
-            self.limits.eval_tokens,
-            len(self.corpus.train),
-        )
+        self.control_span = int(self.spec.dials["context"]) + 1  # a control window's bytes
 
     def confined(self) -> None:
         """The process's first message: confined ("S"), or refused for want of a sandbox."""

@@ -30,7 +30,6 @@ import torch
 
 from bus.messages import RunStatus
 from training.aimed_probes import reference_for
-from training.control_windows import run_control
 from training.evaluator import Evaluation, NonCausalModel
 from training.experiment_session import ChildGone, SandboxRefused, Stop
 from training.harness_child import (
@@ -68,12 +67,11 @@ def evaluate_in_fresh_processes(run: Run, scratch: Path) -> tuple[float, float |
         os.rename(saved, folder / MODEL_FILE)
         context = int(run.spec.dials["context"])
         reference = reference_for(run.corpus)
-        train, eval_tokens = run.corpus.train, run.limits.eval_tokens
-        starts = run_control(run.spec.seed, context, eval_tokens, len(train))
-        rows = [train[s : s + context + 1] for s in starts.tolist()]
+        train = run.corpus.train
+        rows = [train[s : s + context + 1] for s in run.control.tolist()]
         control = torch.stack(rows) if rows else None
         evaluation = Evaluation(
-            run.corpus.val, context, eval_tokens, None, reference, control=control
+            run.corpus.val, context, run.limits.eval_tokens, None, reference, control=control
         )
         index = 0
         while index < len(evaluation.batches):  # the last batch is aimed once the rest are in

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus
+from training.control_windows import run_control
 from training.corpus import Corpus
 from training.experiment_session import (
     ChildGone,
@@ -104,9 +105,12 @@ def _experiment(
     cancel: threading.Event | None,
 ) -> tuple[RunStatus, str, tuple[float | None, float | None]]:
     """Status, reason, and the metric with the control windows' (control_windows.py)."""
-    run = Run(
-        spec, corpus, limits, log, device, progress, cancel, time.monotonic() + limits.time_limit_s
+    deadline = time.monotonic() + limits.time_limit_s
+    # Once per run: its training never sends these, its evaluation scores them
+    control = run_control(
+        spec.seed, int(spec.dials["context"]), limits.eval_tokens, len(corpus.train)
     )
+    run = Run(spec, corpus, limits, log, device, progress, cancel, deadline, control)
     try:
         code = _train(run, scratch)
     except SandboxRefused:  # said over the pipe before any of the recipe ran: its log is ours

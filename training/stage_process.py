@@ -24,6 +24,8 @@ from training.sandbox import scrubbed_env
 from training.zygote import start_experiment
 
 if TYPE_CHECKING:
+    import torch
+
     from training.run_limits import RunLimits
 
 
@@ -39,6 +41,7 @@ class Run:
     progress: Progress
     cancel: threading.Event | None
     deadline: float  # monotonic
+    control: torch.Tensor  # starts of its control windows in the training split
 
 
 @contextlib.contextmanager
@@ -78,6 +81,7 @@ def stage_process(
         run.progress,
         run.cancel,
         run.deadline,
+        run.control,
     )
     try:
         yield session
