@@ -16,6 +16,7 @@ from scale_ladder.held_out_gain import carried_held_out
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.noise_pool import sigma_for
 from scale_ladder.rules import Evidence, Outcome, PromotionRule, decide
+from scale_ladder.shared_failures import blame
 from scale_ladder.spot_checks import Checks, spot_check
 
 if TYPE_CHECKING:
@@ -144,9 +145,14 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
         return
     failed = [r for r in got.values() if r.status is not RunStatus.OK or r.metric is None]
     if failed:
-        r = failed[0]
+        r = blame(ladder, state, failed)
+        if r is None:
+            return  # it may have failed because the champion did: held, or tried again
+        tries = [ladder.runs.attempts.get((*key, seed), [""]) for seed in got]
+        again = " (its second try: the first failed as the champion's runs did)"
         why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
-        ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
+        why += again if r.run_id in (t[-1] for t in tries if len(t) > 1) else ""
+        ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=sum(map(len, tries)))
         return
     elsewhere = [r for r in got.values() if not ladder.baselines.on_corpus(r)]
     if elsewhere:  # never paired with the baseline's runs on the recorded data

@@ -23,6 +23,14 @@ class Runs:
     )
     # run id -> RunSpec with no result yet: a job the bus lost is put back from here (service.py)
     unfinished: dict[str, RunSpec] = field(default_factory=dict)
+    # (idea_id, version, tier, seed) -> the run ids of an idea's RunSpecs there, in order: a
+    # seed is tried again where its failure may have been the champion's (shared_failures.py)
+    attempts: dict[tuple[str, int, int, int], list[str]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    # run id of an idea's failed run -> how many of the champion's results at its version and
+    # tier the ladder had folded before it (shared_failures.py)
+    champion_seen: dict[str, int] = field(default_factory=dict)
 
     def observe_spec(self, spec: RunSpec) -> bool:
         """Fold a RunSpec in; True when its result is in already."""
@@ -34,6 +42,10 @@ class Runs:
         if not done:
             self.unfinished[spec.run_id] = spec
         self.requested[(spec.idea_id, spec.champion_version, spec.tier)].add(spec.seed)
+        if spec.idea_id:
+            self.attempts[(spec.idea_id, spec.champion_version, spec.tier, spec.seed)].append(
+                spec.run_id
+            )
         return done
 
     def observe_result(self, result: RunResult) -> None:

@@ -200,6 +200,9 @@ def test_a_champion_that_cannot_run_stops_the_swarm(installed: Path, project: Pa
     said = str(stopped.value)
     assert "exited 2" in said and "the champion's own runs at tier 0 all failed" in said, said
     assert "can't open file" in said and "experiments run:" in said  # the log, the summary
+    # The ideas that ran meanwhile failed as the champion did: none is rejected for the typo.
+    typo = "select count(*) from decisions where rule like '%trian.py%'"
+    assert ask(installed, project, typo) == 0
     # The user fixes the typo and starts again on the same workspace: the last start's failures
     # do not stop this one (they stopped it at its first look, before any run).
     config = project / "swarm.toml"
