@@ -52,5 +52,6 @@ bench-long:
 	$(PY) bench/ledger_bench.py --events 1000000
 	$(PY) bench/training_bench.py --seeds 5
 	$(PY) bench/budget_noise.py --seeds 4
+	$(PY) -m bench.readable_text
 	rm -rf /tmp/bytelm-bench && $(PY) -m bench.search.bytelm --minutes 15 --repeats 2 \
 		--methods swarm-tpe,optuna-tpe-hyperband --out /tmp/bytelm-bench
