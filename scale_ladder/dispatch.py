@@ -25,6 +25,7 @@ that starts next finds it on no queue and parks it again (service.py, `_requeue_
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -37,6 +38,13 @@ from scale_ladder.rules import Evidence, paired_gains
 # Jobs on a capped tier's queue beyond its cap: the next one waits there, so a trainer that
 # finishes takes it at once instead of a lower tier's job while the ladder chooses.
 LOOKAHEAD = 1
+# How long jobs just sent may be missing from the queue's count. The server counts a consumer's
+# pending jobs a moment after it acknowledges their publication (nats-server signals its
+# consumers from a loop of its own), so an act right after a release could read the queue
+# without them and send the tier's next job too: two on a queue capped at one (a flaky test
+# under load). Until the count shows them, or this long has passed, the count is taken to be
+# what it will be.
+VISIBLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +53,20 @@ class Parked:
     again: bool  # found lost at a start: it may have been on the queue under its own id
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A capped tier's last release: the jobs its queue will count once they show there."""
+
+    expected: int
+    at: float  # monotonic
+    run_ids: frozenset[str]
+
+
 @dataclass
 class Dispatch:
     caps: Mapping[int, int]  # tier -> max_concurrent, for the capped tiers only
     waiting: dict[str, Parked] = field(default_factory=dict)  # run id -> parked, in arrival order
+    sent: dict[int, Sent] = field(default_factory=dict)  # tier -> its last release (VISIBLE_S)
 
     def park(self, spec: RunSpec, again: bool = False) -> bool:
         """Keep the run back if its tier is capped; False: send it now."""
@@ -63,19 +81,39 @@ class Dispatch:
     def tiers(self) -> list[int]:
         return sorted({p.spec.tier for p in self.waiting.values()})
 
-    def release(self, ladder: Ladder, tier: int, queued: int) -> list[Parked]:
+    def release(
+        self, ladder: Ladder, tier: int, queued: int, now: float | None = None
+    ) -> list[Parked]:
         """The tier's runs to send now, given the jobs its queue holds (waiting or running).
         A run with a result already (sent before a restart, after all) is dropped."""
+        now = time.monotonic() if now is None else now
         for run_id in [r for r in self.waiting if r not in ladder.runs.unfinished]:
             del self.waiting[run_id]
         here = [p for p in self.waiting.values() if p.spec.tier == tier]
         here.sort(key=lambda p: send_order(ladder, p.spec))
         stale = sum(p.spec.champion_version < ladder.current for p in here)  # first, and free
+        queued = self._on_queue(ladder, tier, queued, now)
         room = self.caps[tier] + LOOKAHEAD - queued
         out = here[: stale + max(room, 0)]
         for parked in out:
             del self.waiting[parked.spec.run_id]
+        fresh = frozenset(p.spec.run_id for p in out[stale:])  # stale ones are skipped at once
+        if fresh:
+            self.sent[tier] = Sent(queued + len(fresh), now, fresh)
         return out
+
+    def _on_queue(self, ladder: Ladder, tier: int, queued: int, now: float) -> int:
+        """The jobs on the tier's queue: the server's count, or what it will be while the
+        last release may not show in it yet (VISIBLE_S). Those of its jobs with a result are
+        off the queue; other jobs that ended meanwhile hold their slot until then."""
+        last = self.sent.get(tier)
+        if last is None:
+            return queued
+        expected = last.expected - sum(r not in ladder.runs.unfinished for r in last.run_ids)
+        if queued >= expected or now - last.at > VISIBLE_S:
+            del self.sent[tier]
+            return queued
+        return expected
 
 
 def send_order(ladder: Ladder, spec: RunSpec) -> tuple[bool, int, float]:

@@ -126,6 +126,23 @@ def test_a_baseline_run_goes_with_the_best_idea_waiting_on_its_seed(tmp_path: Pa
     ]
 
 
+def test_jobs_just_sent_count_before_the_queue_shows_them(tmp_path: Path) -> None:
+    """The server counts a job on the queue a moment after it took it: an act in between read
+    an empty queue and sent the next job too (two on a queue capped at one, under load)."""
+    sim = started(make_ladder(tmp_path))
+    for i, lr in enumerate(("2.9", "2.0", "1.6", "1.4")):
+        sim.propose(f"idea-{i}", f"LR = 1.0->LR = {lr}")
+    sim.run_all(hold=lambda s: s.tier == TOP)
+    waiting = _park(sim.queue)
+    assert len(waiting.release(sim.ladder, TOP, queued=0, now=0.0)) == 2  # cap 1, one more
+    assert waiting.release(sim.ladder, TOP, queued=0, now=0.1) == []  # not counted yet
+    assert waiting.release(sim.ladder, TOP, queued=2, now=0.2) == []  # counted: full
+    assert len(waiting.release(sim.ladder, TOP, queued=1, now=0.3)) == 1  # one taken and done
+    # A count that never shows them (a person purged the queue) holds the slots a while only.
+    assert waiting.release(sim.ladder, TOP, queued=0, now=0.4) == []
+    assert len(waiting.release(sim.ladder, TOP, queued=0, now=0.3 + dispatch.VISIBLE_S + 1)) == 1
+
+
 def test_an_uncapped_tier_is_never_held(tmp_path: Path) -> None:
     sim = started(make_ladder(tmp_path))
     sim.propose("idea-a", "LR = 1.0->LR = 2.9")
