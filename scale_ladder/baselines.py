@@ -38,9 +38,6 @@ class Baselines:
     tries: dict[tuple[int, int, int], int] = field(default_factory=lambda: defaultdict(int))
     finished: dict[tuple[int, int, int], int] = field(default_factory=lambda: defaultdict(int))
     corpus: str = ""  # the swarm's data, by hash (record_corpus); "": none recorded yet
-    # (version, tier) -> whether each baseline result there was OK, in the order folded: what
-    # an idea's failed run is judged against (shared_failures.py)
-    history: dict[tuple[int, int], list[bool]] = field(default_factory=lambda: defaultdict(list))
 
     def need(self, version: int, tier: int, seeds: set[int]) -> None:
         self.needed[(version, tier)] |= seeds
@@ -78,8 +75,6 @@ def record_corpus(ladder: Ladder, result: RunResult) -> None:
 def observe_result(ladder: Ladder, result: RunResult) -> None:
     """A baseline result may complete the pairs of every idea at its tier."""
     ladder.baselines.finished[(result.champion_version, result.tier, result.seed)] += 1
-    good = result.status is RunStatus.OK and result.metric is not None
-    ladder.baselines.history[(result.champion_version, result.tier)].append(good)
     ladder.baselines_dirty = True
     for idea_id in ladder.runs.tested_at[(result.champion_version, result.tier)]:
         state = ladder.ideas.get(idea_id)

@@ -35,7 +35,6 @@ from bus.messages import (
     Message,
     RunResult,
     RunSpec,
-    RunStatus,
     Verdict,
     event_key,
 )
@@ -170,9 +169,6 @@ class Ladder:
         baselines.record_corpus(self, result)
         self.noise.touch(result.idea_id, result.champion_version, result.tier, self.current)
         if result.idea_id:
-            if result.status is not RunStatus.OK or result.metric is None:
-                where = (result.champion_version, result.tier)
-                self.runs.champion_seen[result.run_id] = len(self.baselines.history[where])
             self.dirty[result.idea_id] = None
             lineage.observe_result(self, result)
         else:

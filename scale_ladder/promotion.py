@@ -10,13 +10,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from bus.messages import Decision, RunStatus, Verdict, is_spot_check
+from bus.messages import Decision, RunResult, RunStatus, Verdict, is_spot_check
 from scale_ladder import baselines, direct_entries
 from scale_ladder.held_out_gain import carried_held_out
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.noise_pool import sigma_for
 from scale_ladder.rules import Evidence, Outcome, PromotionRule, decide
-from scale_ladder.shared_failures import blame
+from scale_ladder.shared_failures import attempts, blame
 from scale_ladder.spot_checks import Checks, spot_check
 
 if TYPE_CHECKING:
@@ -144,15 +144,15 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
     if not wanted <= got.keys():
         return
     failed = [r for r in got.values() if r.status is not RunStatus.OK or r.metric is None]
-    if failed:
-        r = blame(ladder, state, failed)
-        if r is None:
-            return  # it may have failed because the champion did: held, or tried again
-        tries = [ladder.runs.attempts.get((*key, seed), [""]) for seed in got]
-        again = " (its second try: the first failed as the champion's runs did)"
+    blamed = blame(ladder, state, failed) if failed else False
+    if blamed is True:
+        return  # the champion's run on a failed seed is still coming, or a second try is
+    if isinstance(blamed, RunResult):
+        r, runs = blamed, attempts(ladder, *key)
         why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
-        why += again if r.run_id in (t[-1] for t in tries if len(t) > 1) else ""
-        ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=sum(map(len, tries)))
+        if len(ladder.runs.attempts.get((*key, r.seed), ())) > 1:
+            why += " (its second try: the first failed as the champion's run on that seed did)"
+        ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=runs)
         return
     elsewhere = [r for r in got.values() if not ladder.baselines.on_corpus(r)]
     if elsewhere:  # never paired with the baseline's runs on the recorded data
@@ -275,7 +275,7 @@ def _apply(
         n=outcome.n,
         details=json.dumps(numbers),
         seeds_wanted=outcome.seeds_wanted if verdict is Verdict.RETEST else 0,
-        runs=have - len(carried),
+        runs=attempts(ladder, *key),
     )
     if verdict is Verdict.RETEST:
         ladder.request(key[0], state.version, state.tier, state.patch, wanted)

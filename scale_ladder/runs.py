@@ -28,9 +28,6 @@ class Runs:
     attempts: dict[tuple[str, int, int, int], list[str]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    # run id of an idea's failed run -> how many of the champion's results at its version and
-    # tier the ladder had folded before it (shared_failures.py)
-    champion_seen: dict[str, int] = field(default_factory=dict)
 
     def observe_spec(self, spec: RunSpec) -> bool:
         """Fold a RunSpec in; True when its result is in already."""

@@ -1,18 +1,18 @@
 """An idea's failed run that says nothing of the idea, because the champion failed there too.
 
-A run command with a typo, a full disk, a trainer gone bad: while the champion's own runs at a
-tier fail, an idea's runs there fail as well. Rejecting the idea for that throws away an idea
-nobody tried, and the same change sent again after the fix was then refused as a duplicate (a
-newcomer's finding). So a failed run of an idea is judged by what the champion's runs at the
-same version and tier did around it, in the order the ladder folded them (so a replay judges
-it the same): the champion's last result there before the failure, or its first one after
-where it had none yet.
-- That result was OK: the failure is the idea's own, and rejects it (as it always did).
-- It failed too: the idea stays undecided, with its runs, until the champion's latest result
-  there is OK (after a fix, a restart); then each such seed is run once more. A failure of
-  that second try is the idea's own.
-- The champion has no result there yet: the idea waits for the first (it runs beside the
-  idea's first seeds).
+A run command with a typo, a full disk, a trainer gone bad: while the champion's runs fail, an
+idea's runs fail as well, and rejecting the idea for it throws away an idea nobody tried (the
+same change sent again after the fix was then refused as a duplicate: a newcomer's finding).
+The champion's baseline on a seed is already tried again when it fails (BASELINE_ATTEMPTS in
+baselines.py), and a seed where it failed for good pairs with nothing; an idea's failed run is
+judged by the champion's run on the same seed, at the same version and tier:
+- it is still coming, or being tried again: the idea waits;
+- it succeeded at the first try: the failure is the idea's own, and rejects it (as always);
+- it succeeded after failing: the idea's seed is tried once more too; a second failure is its
+  own;
+- it failed for good: the seed pairs with nothing, as for any idea, and the idea is asked for
+  more seeds (promotion.py). A swarm whose champion cannot run at all stops (champion_health);
+  after the fix, the next start runs those seeds, and the ideas are judged on their merits.
 """
 
 from __future__ import annotations
@@ -20,45 +20,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bus.messages import RunResult
-from scale_ladder.baselines import metrics
+from scale_ladder.baselines import ok, settled
 
 if TYPE_CHECKING:
     from scale_ladder.idea_state import IdeaState
     from scale_ladder.ladder import Ladder
 
-IDEA_RETRIES = 1  # more tries of a seed whose failure may have been the champion's
+IDEA_RETRIES = 1  # more tries of a seed on which the champion's run failed too, then succeeded
 
 
-def blame(ladder: Ladder, state: IdeaState, failed: list[RunResult]) -> RunResult | None:
-    """The failed run that rejects the idea; None while its failures may be the champion's
-    (it waits, or a seed is tried again: emitted here)."""
+def blame(ladder: Ladder, state: IdeaState, failed: list[RunResult]) -> RunResult | bool:
+    """The failed run that rejects the idea; True while it waits (for the champion's run on a
+    seed, or a seed's second try, emitted here); False: none of its failures counts against it,
+    and those seeds pair with nothing."""
     idea_id, version, tier = state.idea.idea_id, state.version, state.tier
     again: dict[int, int] = {}  # seed -> its next attempt
     for run in failed:
         made = ladder.runs.attempts.get((idea_id, version, tier, run.seed), [])
         if made and made[-1] != run.run_id:
-            return None  # its seed's next try is out: wait for it
-        around = champion_around(ladder, version, tier, run.run_id)
-        if around is None:
-            return None
-        if around or len(made) > IDEA_RETRIES:
+            return True  # its seed's next try is out
+        if not settled(ladder, version, tier, run.seed):
+            return True  # the champion's run on this seed is coming, or tried again
+        if not ok(ladder, version, tier, run.seed):
+            continue  # the champion failed for good here too: no pair, no verdict
+        first_try = ladder.baselines.finished[(version, tier, run.seed)] <= 1
+        if first_try or len(made) > IDEA_RETRIES:
             return run
         again[run.seed] = len(made)
-    if not ladder.baselines.history[(version, tier)][-1]:
-        return None  # the champion still fails there: hold the idea until it does not
     for seed, attempt in again.items():
         ladder.emit(ladder.spec(idea_id, version, tier, seed, state.patch, attempt=attempt))
-    return None
+    return bool(again)
 
 
-def champion_around(ladder: Ladder, version: int, tier: int, run_id: str) -> bool | None:
-    """Whether the champion's result at (version, tier) nearest before the failed run `run_id`
-    (or first after it) was OK; None when it has none yet. A champion whose runs there came
-    only from a stacked idea's (no baseline run folded) counts as OK."""
-    history = ladder.baselines.history.get((version, tier), [])
-    seen = ladder.runs.champion_seen.get(run_id, 0)
-    if seen:
-        return history[seen - 1]
-    if history:
-        return history[0]
-    return True if metrics(ladder, version, tier) else None
+def attempts(ladder: Ladder, idea_id: str, version: int, tier: int) -> int:
+    """The runs the idea's RunSpecs at (version, tier) asked for, second tries included (runs
+    carried over from an earlier champion were made there, and cost nothing here)."""
+    made = ladder.runs.attempts
+    return sum(
+        len(made.get((idea_id, version, tier, s), ()))
+        for s in ladder.runs.requested[(idea_id, version, tier)]
+    )
