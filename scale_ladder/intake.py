@@ -24,6 +24,7 @@ from scale_ladder.admission import MAX_HYPOTHESIS_CHARS, NotAdmitted, patched_so
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.near_duplicates import PatchChange, nearest, patch_change
 from scale_ladder.promotion import rejected_at
+from scale_ladder.runs import BASELINE_NAME
 from scale_ladder.second_look import second_look_refusal
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ def observe_spec(ladder: Ladder, state: IdeaState, spec: RunSpec) -> None:
 
 def admit(ladder: Ladder, state: IdeaState) -> None:
     idea, current = state.idea, ladder.current
+    if idea.idea_id == BASELINE_NAME:  # its run ids would be the champion's (a red team)
+        ladder.refuse(state, f"the idea id {BASELINE_NAME!r} names the champion's own runs")
+        return
     if idea.target != ladder.target:
         ladder.refuse(
             state, f"idea is for target {idea.target!r}, the swarm runs {ladder.target!r}"

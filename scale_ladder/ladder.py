@@ -47,7 +47,7 @@ from scale_ladder.intake import Intake
 from scale_ladder.lineage import Lineage
 from scale_ladder.noise_pool import NoisePools
 from scale_ladder.promotion import Promotion
-from scale_ladder.runs import Runs
+from scale_ladder.runs import BASELINE_NAME, Runs
 from scale_ladder.seeds import DEFAULT_SEED_SECRET, tier_seed
 from scale_ladder.tiers import NEAR_DUPLICATE_SIMILARITY, Tier
 
@@ -291,7 +291,7 @@ class Ladder:
         self, idea_id: str, version: int, tier: int, seed: int, patch: str, attempt: int = 0
     ) -> RunSpec:
         t = self.tiers[tier]
-        who = idea_id or "base"
+        who = idea_id or BASELINE_NAME
         suffix = f"-a{attempt}" if attempt else ""
         run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
         sha = recipe_sha(self.recipe_of(version, patch))

@@ -10,6 +10,7 @@ from bus.messages import RunResult, RunSpec, RunStatus
 
 # (idea_id or "" for the baseline, version, tier)
 RunKey = tuple[str, int, int]
+BASELINE_NAME = "base"  # the champion's name in its runs' ids (Ladder.spec): no idea's
 
 
 @dataclass

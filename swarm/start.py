@@ -365,6 +365,7 @@ async def _report(
                 continue
             view.update(snapshot)
             if broken:
+                log.info("stopping: %s", broken)  # start.log keeps why (the terminal: at exit)
                 failures.append(broken)
                 stop.set()
             if limit and not snapshot.error and snapshot.experiments_run >= limit:

@@ -201,6 +201,8 @@ def test_a_champion_that_cannot_run_stops_the_swarm(installed: Path, project: Pa
     assert "exited 2" in said and "the champion's own runs at tier 0 all failed" in said, said
     assert "can't open file" in said and "experiments run:" in said  # the log, the summary
     # The ideas that ran meanwhile failed as the champion did: none is rejected for the typo.
+    started = (project / "swarm-workspace" / "logs" / "start.log").read_text()
+    assert "stopping: the champion's own runs at tier 0 all failed" in started
     typo = "select count(*) from decisions where rule like '%trian.py%'"
     assert ask(installed, project, typo) == 0
     # The user fixes the typo and starts again on the same workspace: the last start's failures

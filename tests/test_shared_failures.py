@@ -1,6 +1,6 @@
-"""An idea's runs that failed while the champion's failed too are no verdict on the idea
-(scale_ladder/shared_failures.py): it waits, undecided, and is tried again once the champion
-runs; a failure of its own still rejects it at once."""
+"""An idea's runs that failed where the champion's run on the same seed failed too are no
+verdict on the idea (scale_ladder/shared_failures.py); a failure of its own still rejects it
+at once. And an idea may not take the name its runs' ids give the champion's."""
 
 from __future__ import annotations
 
@@ -111,3 +111,14 @@ def test_a_seed_the_champion_needed_two_tries_for_is_tried_again_for_the_idea(
     (worse,) = decisions(sim, "idea-worse")
     assert worse.verdict is Verdict.REJECT and "second try" not in worse.rule, worse
     assert not any(run.endswith("-a1") for run in idea_runs(sim, "idea-worse"))
+
+
+def test_an_idea_named_as_the_champions_runs_is_refused(tmp_path: Path) -> None:
+    """Its runs' ids would be the champion's baseline runs' (a red team: its RunSpec was
+    dropped as seen, the idea never ran, and a replay disagreed with the live ladder)."""
+    sim = Sim(make_ladder(tmp_path), fixed)
+    sim.step()
+    sim.propose("base", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    (refused,) = decisions(sim, "base")
+    assert refused.verdict is Verdict.REFUSED and "champion's own runs" in refused.rule
