@@ -10,6 +10,7 @@ grey ticks the skipped ones (the champion moved on before they ran).
 from __future__ import annotations
 
 import io
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -127,6 +128,8 @@ def _panel(
             color=STACKED_COLOR,
             fontweight="bold",
         )
+    shown = [y for _, y in baselines] + [y for points in winners.values() for _, y in points]
+    _clip_outliers(ax, [y for _, y in ideas] + shown, shown)
     _ticks(ax, failed, FAILED_COLOR, "failed run")
     _ticks(ax, skipped, SKIPPED_COLOR, "skipped run (champion moved)")
     if not (ideas or baselines or winners):
@@ -150,6 +153,25 @@ def _panel(
         # Outside the axes, to the right: inside, it hid the points in its corner (a newcomer's
         # only idea run sat under it)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=7)
+
+
+def _clip_outliers(ax: Axes, values: list[float], shown: list[float]) -> None:
+    """Limit the y axis to where the runs are, the champion's and the stacked ideas' always
+    included: one diverged recipe at 8e150 put every other point of a newcomer's panel flat on
+    zero. The runs left beyond the axis are counted on the panel."""
+    if len(values) < 4:
+        return
+    middle = statistics.median(values)
+    mad = statistics.median(abs(v - middle) for v in values)  # quartiles: moved by the tail
+    spread = 10 * 1.4826 * mad or abs(middle) * 0.01 or 1.0  # ten σ of the bulk, about
+    lo, hi = min([middle - spread, *shown]), max([middle + spread, *shown])
+    beyond = sum(not lo <= v <= hi for v in values)
+    if not beyond:
+        return
+    pad = 0.05 * (hi - lo or 1.0)
+    ax.set_ylim(lo - pad, hi + pad)
+    note = f"{beyond} run{'s' if beyond > 1 else ''} beyond the axis"
+    ax.text(0.99, 0.02, note, ha="right", va="bottom", fontsize=7, transform=ax.transAxes)
 
 
 def _champion_steps(ax: Axes, runs: list[RunPoint], levels: dict[int, float]) -> None:

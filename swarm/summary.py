@@ -101,9 +101,16 @@ def champion_moves(
         first, last = min(versions), max(versions)
         later = f"; v{latest} not measured here yet" if latest > last else ""
         seeds = sorted(set(versions[first]) & set(versions[last]))
-        if first == last or not seeds:
-            mean = statistics.fmean(versions[last].values())
+        mean = statistics.fmean(versions[last].values())
+        if first == last:
             lines.append(f"tier {tier} champion: v{last} at {mean:.4f} (no change measured{later})")
+            continue
+        if not seeds:  # their seeds differ (v1's first ones failed for good, say): unpaired
+            was = statistics.fmean(versions[first].values())
+            lines.append(
+                f"tier {tier} champion: v{first} {was:.4f} -> v{last} {mean:.4f} (means over "
+                f"different seeds, no pair to measure the change on{later})"
+            )
             continue
         gains = [sign * (versions[first][s] - versions[last][s]) for s in seeds]
         delta = statistics.fmean(gains)

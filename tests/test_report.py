@@ -150,3 +150,22 @@ def test_spearman_is_undefined_for_few_or_constant_values() -> None:
     assert spearman([1, 1, 1], [1, 2, 3]) is None
     with pytest.raises(ValueError, match="pairs"):
         spearman([1, 2, 3], [1, 2])
+
+
+def test_a_diverged_run_does_not_flatten_the_panel() -> None:
+    """A newcomer's recipe that diverged to 8e150 (status OK) put every other point flat on
+    zero: the axis keeps to where the runs are, and says how many it left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from swarm.report_plot import _clip_outliers
+
+    ax = Figure().add_subplot()
+    runs = [0.10, 0.12, 0.09, 0.11, 0.15, 8.2e150]
+    ax.scatter(range(len(runs)), runs)
+    _clip_outliers(ax, runs, shown=[0.10, 0.12])
+    low, high = ax.get_ylim()
+    assert low < 0.09 and 0.15 < high < 1.0
+    assert [t.get_text() for t in ax.texts] == ["1 run beyond the axis"]

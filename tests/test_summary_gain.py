@@ -34,6 +34,15 @@ def test_a_higher_metric_that_rose_is_a_positive_gain() -> None:
     assert "-> v2 0.5500 (gain -0.2500" in worse
 
 
+def test_champions_measured_on_different_seeds_show_both_means_unpaired() -> None:
+    """v1's first seeds failed for good (a broken start), so v1 and v2 share no seed: the line
+    said "no change measured" and showed v2 alone, which read as nothing found (a newcomer)."""
+    rows = baselines([0.12, 0.08], [])
+    rows += [{"tier": 0, "version": 2, "seed": s, "metric": m} for s, m in ((5, 0.01), (6, 0.02))]
+    (line,) = champion_moves(rows, {})
+    assert line.startswith("tier 0 champion: v1 0.1000 -> v2 0.0150 (means over different seeds")
+
+
 def test_the_summary_names_the_runs_a_stop_left_unfinished(tmp_path: Path) -> None:
     """Runs cut short at the stop, or waiting their turn (a capped tier's wait in the ladder),
     are in the ledger with no result: the summary says how many, and where."""
