@@ -128,7 +128,7 @@ def summary(result: RunResult, metric_name: str, measured: bool = True) -> str:
 
     lines = {
         "status": result.status.value,
-        metric_name: "" if result.metric is None else f"{result.metric:.6f}",
+        metric_name: "none" if result.metric is None else f"{result.metric:.6f}",  # said, not blank
         # the same metric on training text the run was never sent (training/control_windows.py)
         **(
             {f"control_{metric_name}": f"{result.control_metric:.6f}"}
