@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
+import training.trainer as trainer_module
 from bus.embedded_server import EmbeddedNatsServer
 from bus.messages import BudgetKind, RunStatus
 from bus.nats_bus import enqueue_run
@@ -28,6 +29,7 @@ from swarm.sql_client import ask_ledger
 from tests.conftest import swarm_cmd, wait_for_async
 from tests.helpers_process import alive, descendants
 from tests.training_helpers import TINY_LADDER, inject, tiny_spec
+from training.run_limits import MIN_FREE_BYTES
 from training.synthetic import SyntheticTarget
 from training.trainer import Trainer, TrainerOptions, WrongTarget
 
@@ -259,3 +261,40 @@ async def test_a_trainer_for_another_target_hands_the_job_back_and_stops(
         await asyncio.wait_for(Trainer(nc, SyntheticTarget(), options).run(asyncio.Event()), 30)
     info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(0))
     assert info.num_ack_pending + info.num_pending == 1  # handed back, not run, not lost
+
+
+async def test_a_trainer_takes_no_job_while_its_disk_is_full(
+    nc: Client, ledger: LedgerService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that failed for want of space would be charged to its idea: the job waits on the
+    queue, the trainer says why, and it runs once there is room."""
+    js = nc.jetstream()
+    await ensure_trainer_consumer(js, 0)
+    free = [1024]  # bytes where runs write, as the trainer reads them
+    monkeypatch.setattr(trainer_module, "free_bytes", lambda folder: free[0])
+    monkeypatch.setattr(trainer_module, "DISK_WAIT_S", 0.2)
+    spec = replace(tiny_spec(seed=1), target="synthetic")
+    await enqueue_run(js, spec)
+    options = TrainerOptions((0,), "cpu", tmp_path / "scratch", tmp_path / "logs", {})
+    stop = asyncio.Event()
+    serving = asyncio.create_task(Trainer(nc, SyntheticTarget(), options).run(stop))
+    try:
+
+        async def said() -> bool:
+            notes = await rows(nc, "select detail from agent_events where kind = 'NOTE'")
+            return any("taking no job" in str(n["detail"]) for n in notes)
+
+        await wait_for_async(said, 30, 0.2)
+        await asyncio.sleep(1.0)
+        info = await js.consumer_info(JOBS_STREAM, trainer_consumer_name(0))
+        assert info.num_pending == 1 and info.num_ack_pending == 0  # not taken, not lost
+        assert await rows(nc, "select run_id from runs") == []
+        free[0] = MIN_FREE_BYTES
+
+        async def ran() -> bool:
+            return len(await rows(nc, "select run_id from runs where status = 'OK'")) == 1
+
+        await wait_for_async(ran, 30, 0.2)
+    finally:
+        stop.set()
+        await serving

@@ -15,6 +15,7 @@ job per fetch cost four round trips per run and capped the swarm's capacity benc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import threading
@@ -43,13 +44,14 @@ from bus.subjects import (
 from recipes.patch import PatchRefused
 from recipes.store import RecipeMissing, RecipeStore
 from training.process_outcome import result_fields
-from training.run_limits import Cancelled, RunLimits
+from training.run_limits import MIN_FREE_BYTES, Cancelled, RunLimits, free_bytes
 from training.spec_recipe import from_patch, patch_refusal, refused
 from training.targets import Target
 
 log = logging.getLogger(__name__)
 
 MAX_DELIVERIES = 3
+DISK_WAIT_S = 5.0  # between looks at a full disk (run_limits.MIN_FREE_BYTES)
 ACK_CONFIRM_S = 5.0  # how long a job's ack may take to be confirmed
 IDLE_POLL_S = 0.5
 INSTANT_BATCH = 32  # jobs per fetch for an instant target
@@ -92,6 +94,7 @@ class Trainer:
         self._current: tuple[int, float] = (0, 0.0)  # champion number, monotonic time read
         self._data: str | None = None  # its data's hash, once read
         self._publishing: list[asyncio.Future[None]] = []  # instant results awaiting acks
+        self._disk_full = False  # said so, and waiting for room (_room)
 
     async def run(self, stop: asyncio.Event) -> None:
         subs = []
@@ -103,6 +106,8 @@ class Trainer:
         await self._announce(AgentEventKind.JOINED, f"tiers {list(self.options.tiers)}")
         try:
             while not stop.is_set():
+                if not self.options.instant_target and not await self._room(stop):
+                    continue
                 for msg in await self._next_jobs(subs):
                     if stop.is_set():  # the rest of a batch comes back after the ack wait
                         break
@@ -113,6 +118,26 @@ class Trainer:
             await self._announce(AgentEventKind.LEFT, f"completed {self.completed} runs")
             for sub in subs:
                 await sub.unsubscribe()
+
+    async def _room(self, stop: asyncio.Event) -> bool:
+        """Room on disk for a run; else say so (once), wait a while and answer False."""
+        free = free_bytes(self.options.scratch_dir)
+        if free >= MIN_FREE_BYTES:
+            if self._disk_full:
+                log.info("the disk has room again: taking jobs")
+            self._disk_full = False
+            return True
+        if not self._disk_full:
+            self._disk_full = True
+            why = (
+                f"{free / 2**20:.0f} MiB free where runs write ({self.options.scratch_dir}): "
+                f"taking no job until {MIN_FREE_BYTES / 2**20:.0f} MiB are"
+            )
+            log.warning(why)
+            await self._announce(AgentEventKind.NOTE, why)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), DISK_WAIT_S)
+        return False
 
     async def _next_jobs(self, subs: list[JetStreamContext.PullSubscription]) -> list[Msg]:
         """The next jobs (one, or a batch for an instant target), highest tier first. A higher
