@@ -11,6 +11,7 @@ project the current folder. `swarm init` writes editable copies into a folder.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -119,6 +120,7 @@ def ladder_path(config: SwarmConfig) -> Path:
 # What `swarm init` copies besides swarm.toml: the key's built-in file for the target, under the
 # name the written swarm.toml points at.
 INIT_TARGETS = ("bytelm", "command", "synthetic")  # what --target offers
+SCRIPT_SUFFIXES = (".py", ".sh")  # a run command's words that name a file of the project
 INIT_FILES = {("ladder", "path"): "ladder.toml", ("agents", "program"): "program.md"}
 
 
@@ -153,6 +155,17 @@ def init_folder(
     except OSError as exc:
         raise InitRefused(f"swarm init: cannot write in {folder}: {exc}") from None
     return [path for path, _ in written]
+
+
+def missing_scripts(run: str, project: Path) -> list[str]:
+    """The files the run command names by a relative path with a script's suffix (`train.py`)
+    that are not in `project`: a typo there fails every run, the champion's first."""
+    try:
+        words = shlex.split(run)
+    except ValueError:  # unbalanced quotes: the config's own check says so
+        return []
+    named = [w for w in words if w.endswith(SCRIPT_SUFFIXES) and "{" not in w and "=" not in w]
+    return [w for w in named if not Path(w).is_absolute() and not (project / w).exists()]
 
 
 def init_config(target: str, values: Mapping[str, str]) -> str:

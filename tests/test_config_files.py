@@ -246,3 +246,13 @@ def test_init_in_a_folder_it_cannot_write_says_so(tmp_path: Path) -> None:
             init_folder(tmp_path, "bytelm")
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_init_warns_of_a_script_the_run_command_names_that_is_not_there(tmp_path: Path) -> None:
+    """A typo in the run command fails every run; `swarm init` names it before any does."""
+    write_project(tmp_path)
+    assert config_files.missing_scripts("python trian.py --seed={seed} --out=x.py", tmp_path) == [
+        "trian.py"
+    ]
+    assert config_files.missing_scripts("python train.py --seed={seed}", tmp_path) == []
+    assert config_files.missing_scripts("bash 'run me.sh", tmp_path) == []  # left to the config
