@@ -11,6 +11,7 @@ import random
 import re
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from bus.messages import (
@@ -110,6 +111,11 @@ def ok_result(spec: RunSpec, value: float) -> RunResult:
         idea_id=spec.idea_id,
         metric=value,
     )
+
+
+def failed_result(spec: RunSpec, reason: str, status: RunStatus = RunStatus.CRASH) -> RunResult:
+    """A result of `spec` that failed for `reason`."""
+    return replace(ok_result(spec, 0.0), status=status, metric=None, reason=reason)
 
 
 def ok_runner(spec: RunSpec, source: str) -> RunResult:

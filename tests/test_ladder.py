@@ -18,7 +18,15 @@ from bus.messages import (
     Verdict,
 )
 from scale_ladder.ladder import LadderRefusal, Phase
-from tests.ladder_sim import Sim, champions, decisions, make_ladder, ok_runner, started
+from tests.ladder_sim import (
+    Sim,
+    champions,
+    decisions,
+    failed_result,
+    make_ladder,
+    ok_runner,
+    started,
+)
 
 
 def test_first_act_makes_champion_one_and_its_baselines(tmp_path: Path) -> None:
@@ -223,15 +231,7 @@ def test_patch_that_does_not_apply_is_refused_with_the_reason(tmp_path: Path) ->
 def test_crashing_idea_is_rejected_with_its_reason(tmp_path: Path) -> None:
     def crash_lr5(spec: RunSpec, source: str) -> RunResult:
         if "LR = 5.0" in source:
-            return RunResult(
-                spec.run_id,
-                spec.tier,
-                spec.seed,
-                spec.champion_version,
-                RunStatus.CRASH,
-                idea_id=spec.idea_id,
-                reason="boom",
-            )
+            return failed_result(spec, "boom")
         return ok_runner(spec, source)
 
     sim = Sim(make_ladder(tmp_path), crash_lr5)

@@ -9,31 +9,19 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus, Verdict
 from scale_ladder.baselines import BASELINE_ATTEMPTS
 from scale_ladder.ladder import Phase
-from tests.ladder_sim import Sim, decisions, make_ladder, ok_runner
+from tests.ladder_sim import Sim, decisions, failed_result, make_ladder, ok_runner
 
 TYPO = "python: can't open file 'trian.py'"
 
 
-def failed(spec: RunSpec, reason: str) -> RunResult:
-    return RunResult(
-        spec.run_id,
-        spec.tier,
-        spec.seed,
-        spec.champion_version,
-        RunStatus.CRASH,
-        idea_id=spec.idea_id,
-        reason=reason,
-    )
-
-
 def broken(spec: RunSpec, source: str) -> RunResult:
     """A run command with a typo: every run fails, the champion's too."""
-    return failed(spec, TYPO)
+    return failed_result(spec, TYPO)
 
 
 def fixed(spec: RunSpec, source: str) -> RunResult:
     """The typo fixed: only a recipe that crashes by itself (LR 5) fails."""
-    return failed(spec, "diverged") if "LR = 5.0" in source else ok_runner(spec, source)
+    return failed_result(spec, "diverged") if "LR = 5.0" in source else ok_runner(spec, source)
 
 
 def idea_runs(sim: Sim, idea_id: str) -> list[str]:
@@ -89,7 +77,7 @@ def test_a_seed_the_champion_needed_two_tries_for_is_tried_again_for_the_idea(
         who = spec.idea_id or "champion"
         tries[who] = tries.get(who, 0) + (spec.seed == first)
         if spec.seed == first and tries[who] == 1:
-            return failed(spec, "No space left on device")
+            return failed_result(spec, "No space left on device")
         return fixed(spec, source)
 
     sim = Sim(ladder, once_broken)
