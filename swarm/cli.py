@@ -165,8 +165,9 @@ def _init(args: argparse.Namespace, folder: Path) -> str:
         lines.append(f"swarm: warning: {exc}\nfix it in swarm.toml or ladder.toml, then run:")
     else:
         lines.append("edit them as you like; try one experiment, then start the swarm:")
-    for name in config_files.missing_scripts(getattr(args, "run_command", None) or "", folder):
-        lines.insert(1, f"swarm: warning: the run command names {name}, which is not in {folder}")
+    project = folder / (getattr(args, "project", None) or ".")  # where the command runs
+    for name in config_files.missing_scripts(getattr(args, "run_command", None) or "", project):
+        lines.insert(1, f"swarm: warning: the run command names {name}, which is not in {project}")
     lines += [f"  {swarm} run --tier 0 --seed 1", f"  {swarm} start"]
     return "\n".join(lines)
 
