@@ -129,7 +129,16 @@ def _check_runs(report: Audit, specs: list[RunSpec], results: list[RunResult]) -
     result_ids = {r.run_id for r in results}
     report.unfinished = sorted(spec_ids - result_ids)
     report.orphans = sorted(result_ids - spec_ids)
-    asked = Counter((s.idea_id, s.champion_version, s.tier, s.seed) for s in specs if s.idea_id)
+    failed = {r.run_id for r in results if r.status is not RunStatus.OK}
+    # An idea's seed asked for again after its run failed where the champion's failed too is
+    # a second try (scale_ladder/shared_failures.py), not a duplicate: a spec after a failed one
+    # is not counted.
+    asked: Counter[tuple[str, int, int, int]] = Counter()
+    last: dict[tuple[str, int, int, int], str] = {}
+    for spec in (s for s in specs if s.idea_id):
+        key = (spec.idea_id, spec.champion_version, spec.tier, spec.seed)
+        asked[key] += key not in last or last[key] not in failed
+        last[key] = spec.run_id
     ok = Counter(
         (r.idea_id, r.champion_version, r.tier, r.seed) for r in results if r.status is RunStatus.OK
     )
