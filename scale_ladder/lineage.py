@@ -155,7 +155,7 @@ def carry_over(ladder: Ladder, state: IdeaState) -> None:
         patch = rebase(state.patch, old, new, ladder.editable)
     except NotAdmitted as exc:
         why = f"champion moved from v{state.version} to v{current}: {exc}"
-        spent = len(ladder.runs.requested[(state.idea.idea_id, state.version, state.tier)])
+        spent = ladder.runs.made((state.idea.idea_id, state.version, state.tier))
         ladder.decide(state, Verdict.STALE, why, version=current, runs=spent)
         return
     if not is_duplicate(ladder, state, patch):

@@ -16,7 +16,7 @@ from scale_ladder.held_out_gain import carried_held_out
 from scale_ladder.idea_state import IdeaState, Phase
 from scale_ladder.noise_pool import sigma_for
 from scale_ladder.rules import Evidence, Outcome, PromotionRule, decide
-from scale_ladder.shared_failures import attempts, blame
+from scale_ladder.shared_failures import blame
 from scale_ladder.spot_checks import Checks, spot_check
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
     if blamed is True:
         return  # the champion's run on a failed seed is still coming, or a second try is
     if isinstance(blamed, RunResult):
-        r, runs = blamed, attempts(ladder, *key)
+        r, runs = blamed, ladder.runs.made(key)
         why = f"seed {r.seed} ended {r.status.value}: {r.reason or 'no metric'}"
         if len(ladder.runs.attempts.get((*key, r.seed), ())) > 1:
             why += " (its second try: the first failed as the champion's run on that seed did)"
@@ -162,7 +162,7 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
             f"{ladder.baselines.corpus[:16]} recorded for the swarm "
             f"(trainer {r.trainer or '?'} has other data)"
         )
-        ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=len(got))
+        ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=ladder.runs.made(key))
         return
     pairs = baselines.pairs(ladder, state.version, state.tier, wanted)
     if pairs is None:
@@ -275,7 +275,7 @@ def _apply(
         n=outcome.n,
         details=json.dumps(numbers),
         seeds_wanted=outcome.seeds_wanted if verdict is Verdict.RETEST else 0,
-        runs=attempts(ladder, *key),
+        runs=ladder.runs.made(key),
     )
     if verdict is Verdict.RETEST:
         ladder.request(key[0], state.version, state.tier, state.patch, wanted)

@@ -53,6 +53,13 @@ class Runs:
         if previous is None or previous.status is not RunStatus.OK:  # keep a baseline's OK try
             slot[result.seed] = result
 
+    def made(self, key: RunKey) -> int:
+        """The runs an idea's RunSpecs at `key` asked for, second tries included; runs carried
+        over from an earlier champion were made there and cost nothing here."""
+        idea_id, version, tier = key
+        tries = self.attempts
+        return sum(len(tries.get((idea_id, version, tier, s), ())) for s in self.requested[key])
+
     def tested(self, idea_id: str, version: int, tier: int) -> set[int]:
         """The idea is run at (version, tier): index it there; the seeds requested for it."""
         self.tested_at[(version, tier)][idea_id] = None

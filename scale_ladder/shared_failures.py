@@ -43,6 +43,8 @@ def blame(ladder: Ladder, state: IdeaState, failed: list[RunResult]) -> RunResul
             return True  # the champion's run on this seed is coming, or tried again
         if not ok(ladder, version, tier, run.seed):
             continue  # the champion failed for good here too: no pair, no verdict
+        # The champion's own runs of this version: a stacked idea's run that is its baseline
+        # here was made for another champion, and how it went then says nothing of now.
         first_try = ladder.baselines.finished[(version, tier, run.seed)] <= 1
         if first_try or len(made) > IDEA_RETRIES:
             return run
@@ -50,13 +52,3 @@ def blame(ladder: Ladder, state: IdeaState, failed: list[RunResult]) -> RunResul
     for seed, attempt in again.items():
         ladder.emit(ladder.spec(idea_id, version, tier, seed, state.patch, attempt=attempt))
     return bool(again)
-
-
-def attempts(ladder: Ladder, idea_id: str, version: int, tier: int) -> int:
-    """The runs the idea's RunSpecs at (version, tier) asked for, second tries included (runs
-    carried over from an earlier champion were made there, and cost nothing here)."""
-    made = ladder.runs.attempts
-    return sum(
-        len(made.get((idea_id, version, tier, s), ()))
-        for s in ladder.runs.requested[(idea_id, version, tier)]
-    )

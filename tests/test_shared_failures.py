@@ -4,6 +4,7 @@ at once. And an idea may not take the name its runs' ids give the champion's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from bus.messages import RunResult, RunSpec, RunStatus, Verdict
@@ -110,3 +111,27 @@ def test_an_idea_named_as_the_champions_runs_is_refused(tmp_path: Path) -> None:
     sim.run_all()
     (refused,) = decisions(sim, "base")
     assert refused.verdict is Verdict.REFUSED and "champion's own runs" in refused.rule
+
+
+def test_runs_count_second_tries_whatever_rejects_the_idea(tmp_path: Path) -> None:
+    """A red team's case: the idea's runs came from a trainer with other data (rejected for
+    that), one of them a second try; the Decision's `runs` counted the seeds, not the runs."""
+    ladder = make_ladder(tmp_path)
+    first = ladder.seed(0, 0)
+    tried: set[str] = set()
+
+    def other_data(spec: RunSpec, source: str) -> RunResult:
+        who = spec.idea_id or "champion"
+        if spec.seed == first and who not in tried:
+            tried.add(who)
+            return failed_result(spec, "No space left on device")
+        result = ok_runner(spec, source)
+        return replace(result, corpus_hash="other" if spec.idea_id else "swarm's")
+
+    sim = Sim(ladder, other_data)
+    sim.step()
+    sim.propose("idea-elsewhere", "LR = 1.0->LR = 2.0")
+    sim.run_all()
+    (d,) = decisions(sim, "idea-elsewhere")
+    assert d.verdict is Verdict.REJECT and "corpus" in d.rule, d
+    assert d.runs == len(idea_runs(sim, "idea-elsewhere")) == 2  # one seed, tried twice
