@@ -122,6 +122,21 @@ def ok_runner(spec: RunSpec, source: str) -> RunResult:
     return ok_result(spec, metric(source, spec.seed))
 
 
+def first_tries_fail(seed: int, then: Runner = ok_runner) -> Runner:
+    """A runner whose first run of each idea, and of the champion, on `seed` fails (a trainer's
+    disk filled, then freed); `then` runs the rest."""
+    tried: set[str] = set()
+
+    def run(spec: RunSpec, source: str) -> RunResult:
+        who = spec.idea_id or "champion"
+        if spec.seed == seed and who not in tried:
+            tried.add(who)
+            return failed_result(spec, "No space left on device")
+        return then(spec, source)
+
+    return run
+
+
 class Sim:
     """Feeds the ladder its own outputs' results until nothing is left to run."""
 

@@ -24,7 +24,7 @@ from ledger.readback import KIND_ORDER, read_messages
 from ledger.schema import TIMESTAMP_FIELDS
 from swarm.audit import Audit, audit_ledger
 from tests.conftest import run_swarm
-from tests.ladder_sim import Sim, failed_result, make_ladder, ok_runner, started
+from tests.ladder_sim import Sim, first_tries_fail, make_ladder, started
 
 
 def a_swarm_history(tmp_path: Path) -> list[Message]:
@@ -98,17 +98,7 @@ def test_a_second_try_after_a_shared_failure_is_no_duplicate(tmp_path: Path) -> 
     """A seed that failed for every recipe once: the champion's run and the idea's are tried
     again (scale_ladder/shared_failures.py), which the audit must not call a duplicate."""
     ladder = make_ladder(tmp_path)
-    first = ladder.seed(0, 0)
-    failed_once: set[str] = set()
-
-    def once_broken(spec: RunSpec, source: str) -> RunResult:
-        who = spec.idea_id or "champion"
-        if spec.seed == first and who not in failed_once:
-            failed_once.add(who)
-            return failed_result(spec, "No space left on device")
-        return ok_runner(spec, source)
-
-    sim = Sim(ladder, once_broken)
+    sim = Sim(ladder, first_tries_fail(ladder.seed(0, 0)))
     sim.step()
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.run_all()

@@ -10,7 +10,14 @@ from pathlib import Path
 from bus.messages import RunResult, RunSpec, RunStatus, Verdict
 from scale_ladder.baselines import BASELINE_ATTEMPTS
 from scale_ladder.ladder import Phase
-from tests.ladder_sim import Sim, decisions, failed_result, make_ladder, ok_runner
+from tests.ladder_sim import (
+    Sim,
+    decisions,
+    failed_result,
+    first_tries_fail,
+    make_ladder,
+    ok_runner,
+)
 
 TYPO = "python: can't open file 'trian.py'"
 
@@ -70,18 +77,7 @@ def test_a_seed_the_champion_needed_two_tries_for_is_tried_again_for_the_idea(
     tmp_path: Path,
 ) -> None:
     ladder = make_ladder(tmp_path)
-    first = ladder.seed(0, 0)
-    tries: dict[str, int] = {}
-
-    def once_broken(spec: RunSpec, source: str) -> RunResult:
-        """Seed `first` fails once for every recipe (a trainer's disk filled, then freed)."""
-        who = spec.idea_id or "champion"
-        tries[who] = tries.get(who, 0) + (spec.seed == first)
-        if spec.seed == first and tries[who] == 1:
-            return failed_result(spec, "No space left on device")
-        return fixed(spec, source)
-
-    sim = Sim(ladder, once_broken)
+    sim = Sim(ladder, first_tries_fail(ladder.seed(0, 0), then=fixed))
     sim.step()
     sim.propose("idea-good", "LR = 1.0->LR = 2.0")
     sim.propose("idea-bad", "LR = 1.0->LR = 5.0")
@@ -117,18 +113,12 @@ def test_runs_count_second_tries_whatever_rejects_the_idea(tmp_path: Path) -> No
     """A red team's case: the idea's runs came from a trainer with other data (rejected for
     that), one of them a second try; the Decision's `runs` counted the seeds, not the runs."""
     ladder = make_ladder(tmp_path)
-    first = ladder.seed(0, 0)
-    tried: set[str] = set()
 
     def other_data(spec: RunSpec, source: str) -> RunResult:
-        who = spec.idea_id or "champion"
-        if spec.seed == first and who not in tried:
-            tried.add(who)
-            return failed_result(spec, "No space left on device")
         result = ok_runner(spec, source)
         return replace(result, corpus_hash="other" if spec.idea_id else "swarm's")
 
-    sim = Sim(ladder, other_data)
+    sim = Sim(ladder, first_tries_fail(ladder.seed(0, 0), then=other_data))
     sim.step()
     sim.propose("idea-elsewhere", "LR = 1.0->LR = 2.0")
     sim.run_all()
