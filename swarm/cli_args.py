@@ -199,7 +199,12 @@ def _add_unsafe_flag(parser: argparse.ArgumentParser) -> None:
 def _add_target_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("what to optimise (default: target.kind in the config)")
     group.add_argument("--target", choices=["bytelm", "command", "synthetic"])
-    group.add_argument("--data", help="bytelm: your own text file or folder")
+    group.add_argument(
+        "--data",
+        help="bytelm: 'secret' (the default: a language drawn from this swarm's secret, "
+        "which no experiment can know beforehand), 'stdlib' (the Python stdlib's sources) or "
+        "your own text file or folder",
+    )
     group.add_argument("--project", help="command: project folder (default: .)")
     group.add_argument("--edit", help="command: the editable file")
     group.add_argument("--run", dest="run_command", help='command: e.g. "python train.py"')

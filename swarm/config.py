@@ -23,6 +23,10 @@ class ConfigError(ValueError):
     pass
 
 
+SECRET_DATA = "secret"  # target.data: the secret language (training/secret_language.py)
+STDLIB_DATA = "stdlib"  # target.data: the Python stdlib's sources (training/corpus.py); also ""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkspaceConfig:
     path: str = ""  # in a config file: relative to the file; "": ./swarm-workspace
@@ -65,7 +69,8 @@ class LedgerConfig:
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
     kind: str = "bytelm"  # bytelm (built in) | command (your own project) | synthetic (dry run)
-    data: str = ""  # bytelm: your own text file or folder instead of the stdlib corpus
+    # bytelm: SECRET_DATA, STDLIB_DATA (or ""), or your own text file or folder
+    data: str = SECRET_DATA
     project: str = ""  # command: the project folder (copied per experiment); "": this folder
     edit: str = ""  # command: the one editable file, relative to the project
     run: str = ""  # command: how to run one experiment, e.g. "python train.py --seed={seed}"

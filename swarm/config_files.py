@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import configs
-from swarm.config import SwarmConfig, load_config, with_overrides
+from swarm.config import SECRET_DATA, STDLIB_DATA, SwarmConfig, load_config, with_overrides
 
 BUILT_IN = Path(configs.__file__).parent
 CONFIG_NAME = "swarm.toml"
@@ -40,6 +40,10 @@ PATH_KEYS = {
     "agents": ("program", "strategies"),
     "llm": ("prices",),
 }
+
+
+# Values of path keys that name no file: the built-in corpora (a file of that name: `./secret`).
+NOT_PATHS = {("target", "data", SECRET_DATA), ("target", "data", STDLIB_DATA)}
 
 
 def ladder_name(target: str) -> str:
@@ -72,7 +76,7 @@ def absolute_paths(config: SwarmConfig, base: Path) -> SwarmConfig:
         given = {
             key: str((base / Path(value).expanduser()).resolve())
             for key in keys
-            if (value := getattr(values, key))
+            if (value := getattr(values, key)) and (section, key, value) not in NOT_PATHS
         }
         config = with_overrides(config, section, **given)
     return config

@@ -7,6 +7,8 @@ train = the rest. Neither split is readable from inside the sandbox, in any copy
 gets exactly the batches the runner sends (readable_paths.py says how every copy on disk is
 denied; tests/test_corpus_copies.py proves it on the machine it runs on). `--data PATH` uses the
 user's own text file (last 10% is val) or folder (every 10th file, sorted, is val).
+`--data secret` uses text in a language drawn from the swarm's secret (secret_language.py),
+which nothing on the machine holds a copy or a kind of.
 
 Built once and cached in the workspace as raw uint8 files with a manifest; the corpus hash
 (over file names and contents) is recorded with every result.
@@ -16,14 +18,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sysconfig
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from training import secret_language
 from training.corpus_modules import CORPUS_MODULES, VAL_MODULES, corpus_module
 
 TRAIN_CAP_BYTES = 24 * 1024 * 1024
+# The secret language's splits: the top tier's token budget (900k) is about a tenth of the
+# train split, so no run sees a byte twice; val holds the tiers' eval windows many times over.
+SECRET_TRAIN_BYTES = 8 * 1024 * 1024
+SECRET_VAL_BYTES = 1024 * 1024
 SKIPPED_DIRS = {"site-packages", "test", "tests", "__pycache__", "idle_test"}
 
 if TYPE_CHECKING:  # torch is imported where a corpus is loaded: trainers of the synthetic and
@@ -88,21 +97,51 @@ def build(data: Path | None) -> tuple[bytes, bytes, str, str]:
     return train, val, digest.hexdigest()[:16], str(data or root)
 
 
-def load_corpus(cache_dir: Path, data: Path | None = None) -> Corpus:
-    """Build on first use, then read from the cache."""
+def build_secret(language_key: bytes) -> tuple[bytes, bytes, str, str]:
+    train, val = secret_language.generate(language_key, SECRET_TRAIN_BYTES, SECRET_VAL_BYTES)
+    digest = hashlib.sha256(train + b"\0" + val).hexdigest()[:16]
+    return train, val, digest, f"secret language v{secret_language.VERSION}"
+
+
+def _publish(folder: Path, files: dict[str, bytes | str]) -> None:
+    """The cache folder whole or not at all: trainers that start together each build the
+    corpus, and one reading train.bin while another rewrote it would train on part of it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    for name, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
+        (staging / name).write_bytes(data)
+    for _ in range(2):
+        try:
+            staging.rename(folder)
+            return
+        except OSError:  # there already: another trainer's (kept), or a half-built one (replaced)
+            if (folder / "manifest.json").exists():
+                break
+            shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_corpus(
+    cache_dir: Path, data: Path | None = None, language_key: bytes | None = None
+) -> Corpus:
+    """Build on first use, then read from the cache. `language_key`: the secret language's
+    (data is then ignored)."""
     # The stdlib corpus's key names its modules: a cache built from other ones (the whole stdlib,
     # before issue 16) is rebuilt, never reused.
-    identity = str(data.resolve()) if data else f"stdlib:{CORPUS_MODULES}:{VAL_MODULES}"
+    if language_key is not None:  # the folder's name must not give the key away
+        key_digest = hashlib.sha256(b"cache/" + language_key).hexdigest()
+        identity = f"secret:{secret_language.VERSION}:{key_digest}"
+    else:
+        identity = str(data.resolve()) if data else f"stdlib:{CORPUS_MODULES}:{VAL_MODULES}"
     key = hashlib.sha256(identity.encode()).hexdigest()[:12]
     folder = cache_dir / key
     manifest = folder / "manifest.json"
     if not manifest.exists():
-        train, val, corpus_hash, source = build(data)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "train.bin").write_bytes(train)
-        (folder / "val.bin").write_bytes(val)
+        made = build_secret(language_key) if language_key is not None else build(data)
+        train, val, corpus_hash, source = made
         meta = {"hash": corpus_hash, "source": source, "train": len(train), "val": len(val)}
-        manifest.write_text(json.dumps(meta))
+        _publish(folder, {"train.bin": train, "val.bin": val, "manifest.json": json.dumps(meta)})
     meta = json.loads(manifest.read_text())
     import torch
 

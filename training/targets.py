@@ -59,6 +59,7 @@ class Target(Protocol):
 class BytelmTarget:
     corpus_dir: Path
     data: Path | None = None
+    language_key: bytes | None = None  # the secret language's (swarm.config.SECRET_DATA)
     name: str = "bytelm"
     editable: str = "recipe.py"
     metric_name: str = "val_bpb"
@@ -68,7 +69,7 @@ class BytelmTarget:
         return RECIPE.read_text()
 
     def data_hash(self) -> str:
-        return load_corpus(self.corpus_dir, self.data).corpus_hash
+        return load_corpus(self.corpus_dir, self.data, self.language_key).corpus_hash
 
     def run(
         self,
@@ -83,5 +84,5 @@ class BytelmTarget:
     ) -> RunResult:
         from training.runner import run_bytelm  # torch: only where bytelm runs
 
-        corpus = load_corpus(self.corpus_dir, self.data)
+        corpus = load_corpus(self.corpus_dir, self.data, self.language_key)
         return run_bytelm(spec, source, corpus, limits, scratch, device, trainer, log_dir, cancel)

@@ -193,7 +193,8 @@ class Trainer:
             raise WrongTarget(
                 f"this worker's data is corpus {mine[:16]}, but the swarm runs on corpus "
                 f"{spec.corpus_hash[:16]}: start it with the swarm's data (target.data in "
-                "swarm.toml, or --data)"
+                "swarm.toml, or --data; --data stdlib for a swarm begun before the secret "
+                "language was the default)"
             )
         deliveries = msg.metadata.num_delivered
         if deliveries > MAX_DELIVERIES:

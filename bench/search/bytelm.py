@@ -120,8 +120,10 @@ def run_swarm(
 ) -> tuple[str, dict[str, float]]:
     """The champion's recipe after `minutes` of a real swarm, and its runs per tier."""
     swarm = Path(sys.executable).parent / "swarm"
-    config = workspace.parent / f"{workspace.name}.toml"  # the shipped defaults but the seed
-    text = f"[agents]\nseed = {seed}\n"
+    # the shipped defaults but the seed, and the corpus the peers' runs use (BytelmProblem's):
+    # the stdlib, as in every figure published so far
+    config = workspace.parent / f"{workspace.name}.toml"
+    text = f'[agents]\nseed = {seed}\n\n[target]\ndata = "stdlib"\n'
     if ladder is not None:  # promotion rules to try on the real target, as a user's would be
         text += f"[ladder]\npath = {str(ladder.resolve())!r}\n"
     config.write_text(text)
