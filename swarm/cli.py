@@ -182,6 +182,9 @@ def _what_it_runs(args: argparse.Namespace, config: SwarmConfig) -> str:
     t = config.target
     if t.kind == "command":
         what = f"command target: {t.run!r} on {t.edit}, metric {t.metric} ({t.direction})"
+    elif t.kind == "bytelm":
+        data = {"secret": "the swarm's secret language", "": "stdlib", "stdlib": "stdlib"}
+        what = f"target bytelm on {data.get(t.data, t.data)}"
     else:
         what = f"target {t.kind}"
     return f"swarm: {what}; config {source}; ladder {config_files.ladder_path(config)}"

@@ -143,11 +143,16 @@ def load_corpus(
         meta = {"hash": corpus_hash, "source": source, "train": len(train), "val": len(val)}
         _publish(folder, {"train.bin": train, "val.bin": val, "manifest.json": json.dumps(meta)})
     meta = json.loads(manifest.read_text())
+    train_bytes, val_bytes = (folder / "train.bin").read_bytes(), (folder / "val.bin").read_bytes()
+    if (len(train_bytes), len(val_bytes)) != (meta["train"], meta["val"]):
+        # cut short or changed since it was built: its hash would be recorded for other text
+        shutil.rmtree(folder, ignore_errors=True)
+        return load_corpus(cache_dir, data, language_key)
     import torch
 
     return Corpus(
-        train=torch.frombuffer(bytearray((folder / "train.bin").read_bytes()), dtype=torch.uint8),
-        val=torch.frombuffer(bytearray((folder / "val.bin").read_bytes()), dtype=torch.uint8),
+        train=torch.frombuffer(bytearray(train_bytes), dtype=torch.uint8),
+        val=torch.frombuffer(bytearray(val_bytes), dtype=torch.uint8),
         corpus_hash=meta["hash"],
         source=meta["source"],
     )

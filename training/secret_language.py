@@ -15,8 +15,9 @@ The language has the structure that makes a byte-level LM recipe matter at every
 - syntax: a random probabilistic grammar with nested brackets, each closed by its own mark;
 - documents: each coins its own names and favours a few words, so reading back pays.
 
-The same key gives the same bytes on every machine and Python version: only SHAKE-256 and
-arithmetic on integers and doubles decide anything.
+The same key gives the same bytes on every machine and Python version: only SHAKE-256,
+integer arithmetic and the double operations IEEE 754 rounds exactly (+, −, ×, ÷, sqrt) decide
+anything.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import hmac
+import math
 import struct
 from dataclasses import dataclass
 
@@ -62,7 +64,7 @@ class _Draw:
             self._next = 0
         value = self._values[self._next]
         self._next += 1
-        return (value >> 11) * 2.0**-53
+        return math.ldexp(value >> 11, -53)  # exact
 
     def below(self, n: int) -> int:
         return min(int(self._random() * n), n - 1)
@@ -70,9 +72,17 @@ class _Draw:
     def chance(self, p: float) -> bool:
         return self._random() < p
 
-    def skewed(self, n: int, power: float) -> list[float]:
-        """Cumulative weights of n outcomes, a few of them dominant (larger `power`: more so)."""
-        return _cumulative([self._random() ** power + 1e-6 for _ in range(n)])
+    def skewed(self, n: int, power: int) -> list[float]:
+        """Cumulative weights of n outcomes, a few of them dominant (larger `power`: more so).
+        Products only: a power with a fractional exponent is the C library's, whose last bit
+        may differ between machines, and with it a draw near a boundary."""
+        weights = []
+        for _ in range(n):
+            x, w = self._random(), 1.0
+            for _ in range(power):
+                w *= x
+            weights.append(w + 1e-6)
+        return _cumulative(weights)
 
     def pick(self, cumulative: list[float]) -> int:
         i = bisect.bisect_right(cumulative, self._random() * cumulative[-1])
@@ -88,7 +98,7 @@ def _cumulative(weights: list[float]) -> list[float]:
 
 
 def _zipf(n: int) -> list[float]:
-    return _cumulative([1.0 / (rank + 2.7) ** 1.1 for rank in range(n)])
+    return _cumulative([1.0 / (rank + 2.7) for rank in range(n)])  # exponent 1: exact
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,14 +146,15 @@ def _language(draw: _Draw) -> _Language:
     letters_at = marks_at + MARKS
     spelling = _Spelling(
         letters=tuple(symbols[letters_at : letters_at + LETTERS]),
-        first=draw.skewed(LETTERS, 2.0),
-        after=tuple(draw.skewed(LETTERS, 4.0) for _ in range(LETTERS)),
+        first=draw.skewed(LETTERS, 2),
+        after=tuple(draw.skewed(LETTERS, 4) for _ in range(LETTERS)),
     )
     words: list[tuple[bytes, ...]] = []
     taken: set[bytes] = set()
     for _ in range(CLASSES):
         size = 8 + draw.below(792) if draw.chance(0.6) else 4 + draw.below(28)
-        go_on = 0.45 + 0.4 * (size / 800) ** 0.5  # the small (function-word) classes: short
+        # the small (function-word) classes: short words (sqrt is exact in IEEE 754)
+        go_on = 0.45 + 0.4 * math.sqrt(size / 800)
         vocabulary: list[bytes] = []
         while len(vocabulary) < size:
             word = spelling.word(draw, go_on)
@@ -160,7 +171,7 @@ def _language(draw: _Draw) -> _Language:
             for _ in range(2 + draw.below(3))
         ]
         rules.append((plain, *more))
-        weights.append(draw.skewed(len(more), 1.5))
+        weights.append(draw.skewed(len(more), 2))
     return _Language(
         space=symbols[0],
         end_of_line=symbols[1],
