@@ -46,11 +46,12 @@ class Baselines:
         """A baseline RunSpec: one more attempt at its seed."""
         self.tries[(spec.champion_version, spec.tier, spec.seed)] += 1
 
-    def on_corpus(self, run: RunResult) -> bool:
-        """The run used the swarm's recorded data: runs on other data are never paired (a
-        worker with another data folder measures another problem)."""
-        recorded = self.corpus
-        return not recorded or not run.corpus_hash or run.corpus_hash == recorded
+
+def on_corpus(ladder: Ladder, run: RunResult) -> bool:
+    """The run used the swarm's data (recorded, or pinned before any run): runs on other data
+    are never paired (a worker with another data folder measures another problem)."""
+    swarms = ladder.baselines.corpus or ladder.pinned_corpus
+    return not swarms or not run.corpus_hash or run.corpus_hash == swarms
 
 
 # --- folding events in ----------------------------------------------------------------------
@@ -67,7 +68,9 @@ def record_corpus(ladder: Ladder, result: RunResult) -> None:
     tiers = ladder.tiers
     rule = tiers[result.tier].rule if 0 <= result.tier < len(tiers) else None
     seeds = {ladder.seed(result.tier, i) for i in range(2 * rule.max_seeds)} if rule else set()
-    if result.corpus_hash and result.seed in seeds:
+    pinned = ladder.pinned_corpus  # known before any run: only a run on it records the data
+    on_pinned = not pinned or result.corpus_hash == pinned
+    if result.corpus_hash and result.seed in seeds and on_pinned:
         own.corpus = result.corpus_hash
         ladder.noise.clear()  # runs on other data leave the pools now
 
@@ -91,7 +94,7 @@ def metrics(ladder: Ladder, version: int, tier: int) -> dict[int, float]:
     return {
         s: r.metric
         for s, r in baseline.items()
-        if r.status is RunStatus.OK and r.metric is not None and ladder.baselines.on_corpus(r)
+        if r.status is RunStatus.OK and r.metric is not None and on_corpus(ladder, r)
     }
 
 
@@ -112,7 +115,7 @@ def pairs(ladder: Ladder, version: int, tier: int, seeds: Iterable[int]) -> dict
 def ok(ladder: Ladder, version: int, tier: int, seed: int) -> bool:
     result = ladder.runs.results[("", version, tier)].get(seed)
     good = result is not None and result.status is RunStatus.OK and result.metric is not None
-    return good and ladder.baselines.on_corpus(result)  # type: ignore[arg-type]
+    return good and on_corpus(ladder, result)  # type: ignore[arg-type]
 
 
 def settled(ladder: Ladder, version: int, tier: int, seed: int) -> bool:

@@ -70,6 +70,10 @@ class Ladder:
     fixed: frozenset[str] = frozenset()
     # keys the tiers' seeds (seeds.py): the swarm's own, from its workspace; never shown
     seed_secret: bytes = field(default=DEFAULT_SEED_SECRET, repr=False)
+    # the swarm's data known before any run (the secret language's hash; ladder_process
+    # pin_corpus): RunSpecs carry it until a baseline run records the data, and only a run on
+    # it can (baselines.record_corpus). "": learnt from the first baseline run
+    pinned_corpus: str = ""
     # idea -> the tier a recorded ladder sent it to fresh (direct_entries.py): a replay of the
     # record under other settings (whatif.py) enters it there, not where its own draws say
     recorded_entries: Mapping[str, int] = field(default_factory=dict)
@@ -295,7 +299,7 @@ class Ladder:
         suffix = f"-a{attempt}" if attempt else ""
         run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
         sha = recipe_sha(self.recipe_of(version, patch))
-        corpus = self.baselines.corpus
+        corpus = self.baselines.corpus or self.pinned_corpus
         return t.run_spec(run_id, seed, version, idea_id, patch, self.target, corpus, sha)
 
     def refuse(self, state: IdeaState, why: str, details: str = "") -> None:

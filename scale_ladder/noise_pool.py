@@ -148,7 +148,7 @@ def noise_at(ladder: Ladder, version: int, tier: int, exclude: str = "") -> Nois
             mine = {
                 s: r.metric
                 for s, r in runs.results.get((idea_id, version, tier), {}).items()
-                if r.metric is not None and ladder.baselines.on_corpus(r)
+                if r.metric is not None and baselines.on_corpus(ladder, r)
             }
             gains = paired_gains(Evidence(mine, base, None, (), ladder.lower_is_better))
             pool.put(idea_id, noise([gains], scale) if idea_id in tested else None)

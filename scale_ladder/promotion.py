@@ -154,12 +154,12 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
             why += " (its second try: the first failed as the champion's run on that seed did)"
         ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=runs)
         return
-    elsewhere = [r for r in got.values() if not ladder.baselines.on_corpus(r)]
+    elsewhere = [r for r in got.values() if not baselines.on_corpus(ladder, r)]
     if elsewhere:  # never paired with the baseline's runs on the recorded data
         r = elsewhere[0]
         why = (
             f"seed {r.seed} ran on corpus {r.corpus_hash[:16]}, not the "
-            f"{ladder.baselines.corpus[:16]} recorded for the swarm "
+            f"{(ladder.baselines.corpus or ladder.pinned_corpus)[:16]} recorded for the swarm "
             f"(trainer {r.trainer or '?'} has other data)"
         )
         ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=ladder.runs.made(key))

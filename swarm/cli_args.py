@@ -201,9 +201,10 @@ def _add_target_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target", choices=["bytelm", "command", "synthetic"])
     group.add_argument(
         "--data",
-        help="bytelm: 'secret' (the default: a language drawn from this swarm's secret, "
-        "which no experiment can know beforehand), 'stdlib' (the Python stdlib's sources) or "
-        "your own text file or folder",
+        help="bytelm: 'secret' (a language drawn from this swarm's secret, which no experiment "
+        "can know beforehand), 'stdlib' (the Python stdlib's sources), 'auto' (the default: "
+        "secret where a researcher writes code, stdlib where all move constants) or your own "
+        "text file or folder",
     )
     group.add_argument("--project", help="command: project folder (default: .)")
     group.add_argument("--edit", help="command: the editable file")

@@ -16,7 +16,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import configs
-from swarm.config import SECRET_DATA, STDLIB_DATA, SwarmConfig, load_config, with_overrides
+from swarm.config import (
+    AUTO_DATA,
+    SECRET_DATA,
+    STDLIB_DATA,
+    SwarmConfig,
+    load_config,
+    with_overrides,
+)
 
 BUILT_IN = Path(configs.__file__).parent
 CONFIG_NAME = "swarm.toml"
@@ -43,7 +50,7 @@ PATH_KEYS = {
 
 
 # Values of path keys that name no file: the built-in corpora (a file of that name: `./secret`).
-NOT_PATHS = {("target", "data", SECRET_DATA), ("target", "data", STDLIB_DATA)}
+NOT_PATHS = {("target", "data", v) for v in (SECRET_DATA, STDLIB_DATA, AUTO_DATA)}
 
 
 def ladder_name(target: str) -> str:

@@ -16,12 +16,14 @@ from scale_ladder.ladder import Ladder
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import Tier, load_ladder
-from swarm.config import ConfigError, SwarmConfig, TargetConfig
+from swarm.config import SECRET_DATA, ConfigError, SwarmConfig, TargetConfig, corpus_of
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
+from training import secret_language
 from training.command_io import CommandError, MetricReader, check_placeholders
+from training.corpus import corpus_hash
 from training.held_out import hidden_from_training
 from training.target_info import BYTELM, SYNTHETIC, TargetInfo
 
@@ -99,11 +101,25 @@ def make_ladder(config: SwarmConfig, seed_secret: bytes = DEFAULT_SEED_SECRET) -
     )
 
 
+def pin_corpus(ladder: Ladder, config: SwarmConfig, workspace: Workspace) -> None:
+    """The secret language's hash, the swarm's data before any run: its RunSpecs carry it from
+    the first, so a trainer with another swarm's secret (another language) is refused from its
+    first job, instead of setting the swarm's data by finishing the first baseline. Other
+    data is recorded from the first baseline run (baselines.record_corpus): this machine may
+    not hold the workers' folder or Python. A snapshot that recorded other data (a swarm begun
+    on the stdlib) restores its own, and trainers on the secret language are then refused."""
+    t = config.target
+    if t.kind == BYTELM.name and corpus_of(config) == SECRET_DATA:
+        key = secret_language.key_from(workspace.seed_secret())
+        ladder.pinned_corpus = corpus_hash(workspace.root / "corpus", language_key=key)
+
+
 async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:
     settings = workspace.read_bus_settings(Role.LADDER)
     if settings is None:
         raise SwarmNotRunning(f"no bus settings in {workspace.bus_file}: is the swarm started?")
     ladder = make_ladder(config, workspace.seed_secret())
+    pin_corpus(ladder, config, workspace)
     stop = asyncio.Event()
     stop_on_signals(stop)
     nc = await connect(settings, "ladder", config.bus.connect_timeout_s)

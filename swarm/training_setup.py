@@ -12,7 +12,7 @@ from bus.messages import RunResult, RunSpec, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
 from bus.untrusted import for_terminal
 from scale_ladder.tiers import Tier, load_tiers
-from swarm.config import SECRET_DATA, STDLIB_DATA, ConfigError, SwarmConfig
+from swarm.config import SECRET_DATA, STDLIB_DATA, ConfigError, SwarmConfig, corpus_of
 from swarm.config_files import ladder_path
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
@@ -30,11 +30,12 @@ from training.trainer import Trainer, TrainerOptions
 def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
     t = config.target
     if t.kind == "bytelm":
-        if t.data == SECRET_DATA:
+        data = corpus_of(config)
+        if data == SECRET_DATA:
             key = secret_language.key_from(workspace.seed_secret())
             return BytelmTarget(workspace.root / "corpus", language_key=key)
-        own = t.data not in ("", STDLIB_DATA)
-        return BytelmTarget(workspace.root / "corpus", Path(t.data) if own else None)
+        own = data not in ("", STDLIB_DATA)
+        return BytelmTarget(workspace.root / "corpus", Path(data) if own else None)
     if t.kind == "synthetic":
         return SyntheticTarget()
     check_command(config, tiers(config))  # before any run: a bad regex fails here, named
@@ -169,7 +170,8 @@ async def run_worker(
     if warning := check_confinement(config):
         print(warning, file=sys.stderr)
     t = config.target
-    if t.kind == "bytelm" and t.data == SECRET_DATA and not workspace.seed_secret_file.exists():
+    secret = corpus_of(config) == SECRET_DATA
+    if t.kind == "bytelm" and secret and not workspace.seed_secret_file.exists():
         # a secret made here would be another language: every run refused for its corpus
         raise ConfigError(
             f"--data {SECRET_DATA}: the language is the swarm's; copy its workspace's "

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from agents.brain_groups import BrainSpecError, parse_brain_groups
-from swarm.config import ConfigError, SwarmConfig, load_config, parse_config, with_overrides
+from swarm.config import (
+    ConfigError,
+    SwarmConfig,
+    corpus_of,
+    load_config,
+    parse_config,
+    with_overrides,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,3 +153,16 @@ def test_a_web_view_beyond_loopback_on_an_external_bus_needs_credentials_to_ask_
         check_web(wide)
     check_web(with_overrides(wide, "bus", user="u", password="p"))
     check_web(with_overrides(SwarmConfig(), "web", host="0.0.0.0"))  # the embedded bus's own
+
+
+def test_auto_data_is_the_secret_language_where_a_researcher_writes_code() -> None:
+    """A constant reads no file, so researchers that only move constants train on the stdlib;
+    one LLM researcher among them (it writes code) makes it the secret language; a data
+    the user names is kept whatever the brains."""
+    default = SwarmConfig()
+    assert default.target.data == "auto" and corpus_of(default) == "stdlib"
+    mixed = with_overrides(default, "agents", brain="anthropic:1,tpe:3")
+    assert corpus_of(mixed) == "secret"
+    assert corpus_of(with_overrides(mixed, "target", data="stdlib")) == "stdlib"
+    assert corpus_of(with_overrides(default, "target", data="secret")) == "secret"
+    assert corpus_of(with_overrides(default, "target", data="/data/mine")) == "/data/mine"

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import signal
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_swarm
+from tests.conftest import run_swarm, swarm_cmd, wait_for
+from tests.helpers_process import start_nats_server
 from tests.training_helpers import TINY_LADDER, patch_for, run
 from training import corpus as corpus_module
-from training.corpus import Corpus, load_corpus
+from training.corpus import Corpus, corpus_hash, load_corpus
 from training.runner import RunLimits
 from training.secret_language import generate, key_from
 
@@ -185,3 +188,56 @@ def test_trainers_building_the_corpus_together_all_read_it_whole(
     # One cut short since it was built is built again, not read as the corpus its hash names.
     (folder / "val.bin").write_bytes(val[:-1])
     assert bytes(load_corpus(tmp_path, language_key=key).val.numpy()) == val
+
+
+def test_a_worker_with_another_swarms_secret_is_refused_from_its_first_job(
+    tmp_path: Path,
+) -> None:
+    """The hub pins the secret language's hash before any run, so a worker given another
+    swarm's seed_secret (another language) cannot set the swarm's data by finishing the first
+    baseline: it is refused at once, and a worker with the hub's secret runs."""
+    server, url = start_nats_server(
+        f"listen: 127.0.0.1:-1\njetstream {{ store_dir: {str(tmp_path / 'js')!r} }}\n",
+        tmp_path / "nats",
+    )
+    (tmp_path / "ladder.toml").write_text(TINY_LADDER.replace("seeds = 1", "seeds = 2"))
+    config = tmp_path / "swarm.toml"
+    config.write_text(f'[target]\ndata = "secret"\n\n[ladder]\npath = "{tmp_path}/ladder.toml"\n')
+    hub_ws, stranger, helper = tmp_path / "hub", tmp_path / "stranger", tmp_path / "helper"
+    joined = ("--config", str(config))
+    hub = subprocess.Popen(
+        swarm_cmd(hub_ws, *joined, "start", "--nats", url, "--trainers", "0", "--agents", "0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(lambda: (hub_ws / "run" / "bus.json").exists(), 60)
+        secret = (hub_ws / "run" / "seed_secret").read_text()
+        key = key_from(bytes.fromhex(secret))
+        expected = corpus_hash(hub_ws / "corpus", language_key=key)
+        (stranger / "run").mkdir(parents=True)
+        (stranger / "run" / "seed_secret").write_text("ab" * 32 + "\n")
+        (stranger / "run" / "seed_secret").chmod(0o600)
+        done = run_swarm(stranger, *joined, "worker", "--nats", url, timeout=120)
+        assert done.returncode != 0, done.stderr
+        assert f"the swarm runs on corpus {expected}" in done.stderr, done.stderr
+        (helper / "run").mkdir(parents=True)
+        (helper / "run" / "seed_secret").write_text(secret)
+        (helper / "run" / "seed_secret").chmod(0o600)
+        worker = subprocess.Popen(swarm_cmd(helper, *joined, "worker", "--nats", url))
+
+        def hashes() -> list[str]:
+            query = "select distinct corpus_hash from runs where status = 'OK'"
+            done = run_swarm(hub_ws, "sql", query, "--format", "csv")
+            return done.stdout.split()[1:] if done.returncode == 0 else []
+
+        wait_for(lambda: hashes() != [], 120, 0.5)
+        assert hashes() == [expected]
+    finally:
+        for process in (worker, hub):
+            if process is not None:
+                process.send_signal(signal.SIGINT)
+                process.communicate(timeout=60)
+        server.terminate()
+        server.wait(10)

@@ -122,11 +122,16 @@ def _publish(folder: Path, files: dict[str, bytes | str]) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def load_corpus(
+def corpus_hash(
     cache_dir: Path, data: Path | None = None, language_key: bytes | None = None
-) -> Corpus:
-    """Build on first use, then read from the cache. `language_key`: the secret language's
-    (data is then ignored)."""
+) -> str:
+    """The corpus's hash, built into the cache if it is not there, without loading it (nor
+    torch): what the ladder pins for the swarm before any run."""
+    folder = _built(cache_dir, data, language_key)
+    return str(json.loads((folder / "manifest.json").read_text())["hash"])
+
+
+def _folder(cache_dir: Path, data: Path | None, language_key: bytes | None) -> Path:
     # The stdlib corpus's key names its modules: a cache built from other ones (the whole stdlib,
     # before issue 16) is rebuilt, never reused.
     if language_key is not None:  # the folder's name must not give the key away
@@ -134,15 +139,27 @@ def load_corpus(
         identity = f"secret:{secret_language.VERSION}:{key_digest}"
     else:
         identity = str(data.resolve()) if data else f"stdlib:{CORPUS_MODULES}:{VAL_MODULES}"
-    key = hashlib.sha256(identity.encode()).hexdigest()[:12]
-    folder = cache_dir / key
-    manifest = folder / "manifest.json"
-    if not manifest.exists():
+    return cache_dir / hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+
+def _built(cache_dir: Path, data: Path | None, language_key: bytes | None) -> Path:
+    """The corpus's cache folder, built first if it is not there."""
+    folder = _folder(cache_dir, data, language_key)
+    if not (folder / "manifest.json").exists():
         made = build_secret(language_key) if language_key is not None else build(data)
-        train, val, corpus_hash, source = made
-        meta = {"hash": corpus_hash, "source": source, "train": len(train), "val": len(val)}
+        train, val, digest, source = made
+        meta = {"hash": digest, "source": source, "train": len(train), "val": len(val)}
         _publish(folder, {"train.bin": train, "val.bin": val, "manifest.json": json.dumps(meta)})
-    meta = json.loads(manifest.read_text())
+    return folder
+
+
+def load_corpus(
+    cache_dir: Path, data: Path | None = None, language_key: bytes | None = None
+) -> Corpus:
+    """Build on first use, then read from the cache. `language_key`: the secret language's
+    (data is then ignored)."""
+    folder = _built(cache_dir, data, language_key)
+    meta = json.loads((folder / "manifest.json").read_text())
     train_bytes, val_bytes = (folder / "train.bin").read_bytes(), (folder / "val.bin").read_bytes()
     if (len(train_bytes), len(val_bytes)) != (meta["train"], meta["val"]):
         # cut short or changed since it was built: its hash would be recorded for other text
