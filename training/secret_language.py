@@ -4,10 +4,12 @@ Why: with the stock corpus (Python source) an experiment can know its kind of te
 being sent any of it. The interpreter it must run holds such text, on disk and in its own
 memory, and training on that pays (docs/reliability.md, "Other Python code is readable").
 Text in a language made from a key exists only in the trainer's memory and in the
-workspace's cache, both out of the sandbox's reach, so what an experiment knows of it is what
-the batches it is sent teach. This module's code is public; it gives away the family, not the
-language. Every byte value's role, the spelling rules, the lexicon, the grammar and all their
-probabilities come from the key.
+workspace's cache, both out of the sandbox's reach. Every byte value's role, the spelling
+rules, the lexicon, the grammar and all their probabilities come from the key. This module's
+code is public, though, and the family is knowledge: a recipe that draws languages of its own,
+maps their bytes to the swarm's by inferred roles (the space is the most frequent byte, …) and
+trains on them gains much (docs/reliability.md, "The secret language"). A family whose
+instances cannot be aligned from their statistics would close that; this one does not.
 
 The language has the structure that makes a byte-level LM recipe matter at every scale:
 - spelling: words come from a letter bigram chain;
