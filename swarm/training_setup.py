@@ -174,8 +174,9 @@ async def run_worker(
     if t.kind == "bytelm" and secret and not workspace.seed_secret_file.exists():
         # a secret made here would be another language: every run refused for its corpus
         raise ConfigError(
-            f"--data {SECRET_DATA}: the language is the swarm's; copy its workspace's "
-            f"run/seed_secret to {workspace.seed_secret_file} (mode 0600) first"
+            f"target.data {t.data!r} is the swarm's secret language here, drawn from its "
+            f"secret: copy its workspace's run/seed_secret to {workspace.seed_secret_file} "
+            "(mode 0600) first"
         )
     workspace.create()
     target = make_target(config, workspace)

@@ -162,7 +162,8 @@ def test_swarm_run_on_the_secret_language_keeps_one_language_per_workspace(
 def test_a_worker_without_the_swarms_secret_is_told_what_to_copy(tmp_path: Path) -> None:
     done = run_swarm(tmp_path / "ws", "worker", "--data", "secret", "--nats", "nats://127.0.0.1:9")
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert "--data secret" in done.stderr and "run/seed_secret" in done.stderr, done.stderr
+    assert "target.data 'secret' is the swarm's secret language" in done.stderr, done.stderr
+    assert "run/seed_secret" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "ws" / "run" / "seed_secret").exists()  # no language of its own
 

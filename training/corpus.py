@@ -8,7 +8,7 @@ gets exactly the batches the runner sends (readable_paths.py says how every copy
 denied; tests/test_corpus_copies.py proves it on the machine it runs on). `--data PATH` uses the
 user's own text file (last 10% is val) or folder (every 10th file, sorted, is val).
 `--data secret` uses text in a language drawn from the swarm's secret (secret_language.py),
-which nothing on the machine holds a copy or a kind of.
+of which nothing on the machine holds a copy.
 
 Built once and cached in the workspace as raw uint8 files with a manifest; the corpus hash
 (over file names and contents) is recorded with every result.
