@@ -201,8 +201,8 @@ def _add_target_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target", choices=["bytelm", "command", "synthetic"])
     group.add_argument(
         "--data",
-        help="bytelm: 'secret' (a language drawn from this swarm's secret, which no experiment "
-        "can know beforehand), 'stdlib' (the Python stdlib's sources), 'auto' (the default: "
+        help="bytelm: 'secret' (a language drawn from this swarm's secret, of which no experiment "
+        "can read a copy), 'stdlib' (the Python stdlib's sources), 'auto' (the default: "
         "secret where a researcher writes code, stdlib where all move constants) or your own "
         "text file or folder",
     )
