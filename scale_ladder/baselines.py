@@ -47,10 +47,16 @@ class Baselines:
         self.tries[(spec.champion_version, spec.tier, spec.seed)] += 1
 
 
+def swarm_corpus(ladder: Ladder) -> str:
+    """The swarm's data by hash: recorded from a baseline run, else pinned before any run
+    (Ladder.pinned_corpus); "": not known yet."""
+    return ladder.baselines.corpus or ladder.pinned_corpus
+
+
 def on_corpus(ladder: Ladder, run: RunResult) -> bool:
-    """The run used the swarm's data (recorded, or pinned before any run): runs on other data
-    are never paired (a worker with another data folder measures another problem)."""
-    swarms = ladder.baselines.corpus or ladder.pinned_corpus
+    """The run used the swarm's data: runs on other data are never paired (a worker with
+    another data folder measures another problem)."""
+    swarms = swarm_corpus(ladder)
     return not swarms or not run.corpus_hash or run.corpus_hash == swarms
 
 

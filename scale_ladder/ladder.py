@@ -299,7 +299,7 @@ class Ladder:
         suffix = f"-a{attempt}" if attempt else ""
         run_id = f"run-{who}-v{version}-t{tier}-s{seed}{suffix}"
         sha = recipe_sha(self.recipe_of(version, patch))
-        corpus = self.baselines.corpus or self.pinned_corpus
+        corpus = baselines.swarm_corpus(self)
         return t.run_spec(run_id, seed, version, idea_id, patch, self.target, corpus, sha)
 
     def refuse(self, state: IdeaState, why: str, details: str = "") -> None:

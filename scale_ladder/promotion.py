@@ -159,7 +159,7 @@ def try_decide(ladder: Ladder, state: IdeaState) -> None:
         r = elsewhere[0]
         why = (
             f"seed {r.seed} ran on corpus {r.corpus_hash[:16]}, not the "
-            f"{(ladder.baselines.corpus or ladder.pinned_corpus)[:16]} recorded for the swarm "
+            f"{baselines.swarm_corpus(ladder)[:16]} recorded for the swarm "
             f"(trainer {r.trainer or '?'} has other data)"
         )
         ladder.decide(state, Verdict.REJECT, why, n=len(got), runs=ladder.runs.made(key))

@@ -23,11 +23,11 @@ from swarm.cli_args import build_parser, parse
 from swarm.config import (
     ConfigError,
     SwarmConfig,
-    corpus_of,
     dump_config,
     parse_config,
     with_overrides,
 )
+from swarm.corpus_choice import corpus_said
 from swarm.errors import SwarmError
 from swarm.follow_up import swarm_program
 from swarm.ladder_process import make_ladder, run_ladder
@@ -184,11 +184,7 @@ def _what_it_runs(args: argparse.Namespace, config: SwarmConfig) -> str:
     if t.kind == "command":
         what = f"command target: {t.run!r} on {t.edit}, metric {t.metric} ({t.direction})"
     elif t.kind == "bytelm":
-        data = corpus_of(config)
-        named = {"secret": "the swarm's secret language", "": "the stdlib", "stdlib": "the stdlib"}
-        who = "write code" if data == "secret" else "move constants only"
-        why = f" (auto: the researchers {who})" if t.data == "auto" else ""
-        what = f"target bytelm on {named.get(data, data)}{why}"
+        what = f"target bytelm on {corpus_said(config)}"
     else:
         what = f"target {t.kind}"
     return f"swarm: {what}; config {source}; ladder {config_files.ladder_path(config)}"

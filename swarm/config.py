@@ -16,16 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.brain_groups import LLM_BRAINS, BrainSpecError, parse_brain_groups
+from agents.brain_groups import BrainSpecError, parse_brain_groups
+from swarm.corpus_choice import AUTO_DATA
 
 
 class ConfigError(ValueError):
     pass
-
-
-SECRET_DATA = "secret"  # target.data: the secret language (training/secret_language.py)
-STDLIB_DATA = "stdlib"  # target.data: the Python stdlib's sources (training/corpus.py); also ""
-AUTO_DATA = "auto"  # target.data: one of the two by the researchers' brains (corpus_of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +66,8 @@ class LedgerConfig:
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
     kind: str = "bytelm"  # bytelm (built in) | command (your own project) | synthetic (dry run)
-    # bytelm: AUTO_DATA, SECRET_DATA, STDLIB_DATA (or ""), or your own text file or folder
+    # bytelm: "auto", "secret", "stdlib" (or ""), or your own text file or folder
+    # (swarm/corpus_choice.py)
     data: str = AUTO_DATA
     project: str = ""  # command: the project folder (copied per experiment); "": this folder
     edit: str = ""  # command: the one editable file, relative to the project
@@ -293,22 +290,6 @@ def check_bus(bus: BusConfig, source: str = "config") -> None:
         path = getattr(bus, key)
         if path and not Path(path).is_file():
             raise ConfigError(f"{source}: bus.{key}: no such file {path!r}")
-
-
-def corpus_of(config: SwarmConfig) -> str:
-    """target.data, "auto" resolved. Where a researcher writes code (an LLM brain), the secret
-    language: code can read or make text of a public corpus's kind and train on it. Where
-    every brain only moves constants (the offline ones), the stdlib: a constant reads no file,
-    and on it the default recipe's top tier is steadier across seeds, so the swarm's first
-    stack comes sooner (README, "The corpus", measured)."""
-    data = config.target.data
-    if data != AUTO_DATA:
-        return data
-    try:
-        groups = parse_brain_groups(config.agents.brain, config.agents.count)
-    except BrainSpecError:
-        return SECRET_DATA  # check_brains names the error; the safer corpus meanwhile
-    return SECRET_DATA if any(g.brain in LLM_BRAINS for g in groups) else STDLIB_DATA
 
 
 def check_brains(config: SwarmConfig, source: str = "config") -> None:

@@ -16,14 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import configs
-from swarm.config import (
-    AUTO_DATA,
-    SECRET_DATA,
-    STDLIB_DATA,
-    SwarmConfig,
-    load_config,
-    with_overrides,
-)
+from swarm.config import SwarmConfig, load_config, with_overrides
+from swarm.corpus_choice import AUTO_DATA, SECRET_DATA, STDLIB_DATA
 
 BUILT_IN = Path(configs.__file__).parent
 CONFIG_NAME = "swarm.toml"

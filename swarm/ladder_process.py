@@ -16,12 +16,12 @@ from scale_ladder.ladder import Ladder
 from scale_ladder.seeds import DEFAULT_SEED_SECRET
 from scale_ladder.service import LadderOptions, LadderService
 from scale_ladder.tiers import Tier, load_ladder
-from swarm.config import SECRET_DATA, ConfigError, SwarmConfig, TargetConfig, corpus_of
+from swarm.config import ConfigError, SwarmConfig, TargetConfig
 from swarm.config_files import ladder_path
+from swarm.corpus_choice import on_secret_language
 from swarm.event_loop import stop_on_signals
 from swarm.ledger_process import SwarmNotRunning
 from swarm.workspace import Workspace
-from training import secret_language
 from training.command_io import CommandError, MetricReader, check_placeholders
 from training.corpus import corpus_hash
 from training.held_out import hidden_from_training
@@ -108,10 +108,10 @@ def pin_corpus(ladder: Ladder, config: SwarmConfig, workspace: Workspace) -> Non
     data is recorded from the first baseline run (baselines.record_corpus): this machine may
     not hold the workers' folder or Python. A snapshot that recorded other data (a swarm begun
     on the stdlib) restores its own, and trainers on the secret language are then refused."""
-    t = config.target
-    if t.kind == BYTELM.name and corpus_of(config) == SECRET_DATA:
-        key = secret_language.key_from(workspace.seed_secret())
-        ladder.pinned_corpus = corpus_hash(workspace.root / "corpus", language_key=key)
+    if on_secret_language(config):
+        ladder.pinned_corpus = corpus_hash(
+            workspace.corpus_dir, language_key=workspace.language_key()
+        )
 
 
 async def run_ladder(config: SwarmConfig, workspace: Workspace) -> None:

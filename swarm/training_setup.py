@@ -12,13 +12,13 @@ from bus.messages import RunResult, RunSpec, RunStatus, new_id
 from bus.nats_bus import BusSettings, connect
 from bus.untrusted import for_terminal
 from scale_ladder.tiers import Tier, load_tiers
-from swarm.config import SECRET_DATA, STDLIB_DATA, ConfigError, SwarmConfig, corpus_of
+from swarm.config import ConfigError, SwarmConfig
 from swarm.config_files import ladder_path
+from swarm.corpus_choice import SECRET_DATA, STDLIB_DATA, corpus_of, on_secret_language
 from swarm.event_loop import stop_on_signals
 from swarm.ladder_process import check_command, held_out_patterns, metric_reader, target_info
 from swarm.preflight import check_confinement
 from swarm.workspace import Workspace
-from training import secret_language
 from training.run_limits import RunLimits
 from training.sandbox import Limits
 from training.spec_recipe import patched_or_refused
@@ -32,10 +32,9 @@ def make_target(config: SwarmConfig, workspace: Workspace) -> Target:
     if t.kind == "bytelm":
         data = corpus_of(config)
         if data == SECRET_DATA:
-            key = secret_language.key_from(workspace.seed_secret())
-            return BytelmTarget(workspace.root / "corpus", language_key=key)
+            return BytelmTarget(workspace.corpus_dir, language_key=workspace.language_key())
         own = data not in ("", STDLIB_DATA)
-        return BytelmTarget(workspace.root / "corpus", Path(data) if own else None)
+        return BytelmTarget(workspace.corpus_dir, Path(data) if own else None)
     if t.kind == "synthetic":
         return SyntheticTarget()
     check_command(config, tiers(config))  # before any run: a bad regex fails here, named
@@ -169,14 +168,12 @@ async def run_worker(
     indexes = tuple(int(t) for t in wanted.split(",")) if wanted else tuple(t.index for t in ladder)
     if warning := check_confinement(config):
         print(warning, file=sys.stderr)
-    t = config.target
-    secret = corpus_of(config) == SECRET_DATA
-    if t.kind == "bytelm" and secret and not workspace.seed_secret_file.exists():
+    if on_secret_language(config) and not workspace.seed_secret_file.exists():
         # a secret made here would be another language: every run refused for its corpus
         raise ConfigError(
-            f"target.data {t.data!r} is the swarm's secret language here, drawn from its "
-            f"secret: copy its workspace's run/seed_secret to {workspace.seed_secret_file} "
-            "(mode 0600) first"
+            f"target.data {config.target.data!r} is the swarm's secret language here, drawn "
+            "from its secret: copy its workspace's run/seed_secret to "
+            f"{workspace.seed_secret_file} (mode 0600) first"
         )
     workspace.create()
     target = make_target(config, workspace)

@@ -27,6 +27,7 @@ from typing import IO
 from bus.embedded_server import write_private
 from bus.nats_bus import BusSettings
 from bus.roles import Role
+from training import secret_language
 
 PER_ROLE = "per_role"  # in bus.json: each role connects with its own file in run/creds
 SEED_SECRET_BYTES = 32
@@ -57,6 +58,15 @@ class Workspace:
     @property
     def ledger_path(self) -> Path:
         return self.root / "ledger.duckdb"
+
+    @property
+    def corpus_dir(self) -> Path:
+        """The bytelm corpora's cache (training/corpus.py)."""
+        return self.root / "corpus"
+
+    def language_key(self) -> bytes:
+        """The secret language's key: this swarm's, from its seed secret."""
+        return secret_language.key_from(self.seed_secret())
 
     @property
     def snapshot_dir(self) -> Path:

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from agents.brain_groups import BrainSpecError, parse_brain_groups
-from swarm.config import (
-    ConfigError,
-    SwarmConfig,
-    corpus_of,
-    load_config,
-    parse_config,
-    with_overrides,
-)
+from swarm.config import ConfigError, SwarmConfig, load_config, parse_config, with_overrides
+from swarm.corpus_choice import corpus_of
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,7 @@ from typing import Protocol
 from bus.messages import RunResult, RunSpec
 from training.command_io import parse_metric
 from training.command_target import CommandTarget
-from training.corpus import load_corpus
+from training.corpus import corpus_hash, load_corpus
 from training.run_limits import RunLimits
 from training.target_info import RECIPE
 
@@ -69,7 +69,7 @@ class BytelmTarget:
         return RECIPE.read_text()
 
     def data_hash(self) -> str:
-        return load_corpus(self.corpus_dir, self.data, self.language_key).corpus_hash
+        return corpus_hash(self.corpus_dir, self.data, self.language_key)
 
     def run(
         self,
